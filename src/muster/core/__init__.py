@@ -1,1 +1,69 @@
+"""Pure, deterministic scheduling core.
 
+Pipeline (one cycle)::
+
+    Snapshot + SchedConfig
+      → screen   (blocked jobs, partition state/limits: static reasons)
+      → order    ((-PriorityTier, -priority, submit_time, job_id, partition position))
+      → walk     (BlockPolicy: skip? → placement.place on the free working copy)
+      → Plan     (Start per started job or array task; a reason per job left pending)
+
+Vocabulary:
+
+* **snapshot** - immutable input: nodes with their free CPUs/memory/GPU indices,
+  partitions, pending jobs, ``now`` (integer seconds).
+* **entry** - one (pending job, candidate partition) pair in the queue.
+* **placement** - choosing nodes, tasks, CPUs, memory and GPU indices for one job on
+  given free resources (cons_tres-like, best fit); :func:`fits_ever` asks the same on
+  empty nodes ("never" versus "not now").
+* **block policy** - what lower-priority entries may still use after one waits for
+  resources (main scheduler: nothing in that partition); backfill will replace it.
+* **plan** - the decision; the shell re-checks and commits it (plan_apply).
+
+Nothing here touches sockets, files, threads, subprocesses, the wall clock or global
+randomness; same input → identical Plan.
+"""
+
+from .placement import (
+    NEVER_BAD_CONFIG,
+    NEVER_NODE_COUNT,
+    NEVER_REQ_NODES,
+    Allocation,
+    NodeAlloc,
+    Request,
+    empty_view,
+    first_fit,
+    fits_ever,
+    node_key,
+    place,
+    place_request,
+    request_of,
+)
+from .schedule import BlockPolicy, MainBlocking, Plan, Start, schedule
+from .snapshot import JobView, NodeView, PartitionView, SchedConfig, Snapshot
+
+__all__ = [
+    "Allocation",
+    "BlockPolicy",
+    "JobView",
+    "MainBlocking",
+    "NEVER_BAD_CONFIG",
+    "NEVER_NODE_COUNT",
+    "NEVER_REQ_NODES",
+    "NodeAlloc",
+    "NodeView",
+    "PartitionView",
+    "Plan",
+    "Request",
+    "SchedConfig",
+    "Snapshot",
+    "Start",
+    "empty_view",
+    "first_fit",
+    "fits_ever",
+    "node_key",
+    "place",
+    "place_request",
+    "request_of",
+    "schedule",
+]

@@ -1,0 +1,334 @@
+"""musterd: the node agent.
+
+One agent per node. It keeps one TCP connection to the controller (opened by the agent, from
+the node's own address, authenticated with an HMAC credential), over which it registers,
+heartbeats and reports job ends; the controller sends launch/terminate/signal messages back.
+
+Jobs are run by per-job supervisors (muster.agent.supervisor), so they survive an agent
+restart and keep running while the controller is away. Reports of ended jobs stay in the
+spool until the controller acknowledges them, so none is lost across disconnects or crashes:
+on (re)connect the agent lists the jobs still running and the ended ones not yet
+acknowledged, and the controller reconciles (it tells the agent which jobs to kill).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import platform
+import shutil
+import signal
+import socket
+import time
+
+from muster import __version__
+from muster.agent.supervisor import run_supervisor
+from muster.common import auth
+from muster.controller.netio import BadFrame, frame, read_frame
+
+log = logging.getLogger("musterd")
+
+HEARTBEAT_S = 5.0
+
+
+class Agent:
+    def __init__(self, cfg, node_name: str):
+        self.cfg = cfg
+        self.node = cfg.nodes[node_name]
+        self.name = node_name
+        self.key = auth.load_key(cfg.key_path)
+        spool_t = cfg.slurmd_spool_dir or os.path.join(cfg.state_save_location, "spool", "%n")
+        self.spool = cfg.node_path(spool_t, node_name) if hasattr(cfg, "node_path") else \
+            spool_t.replace("%n", node_name)
+        os.makedirs(self.spool, mode=0o711, exist_ok=True)
+        os.chmod(self.spool, 0o711)
+        self.jobs: dict[tuple[int, int], dict] = {}   # (job_id, run) -> {"pid", "pidfd", "dir"}
+        self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
+        self.writer: asyncio.StreamWriter | None = None
+        self.start_time = int(time.time())
+        self._stop = asyncio.Event()
+
+    # ---- spool --------------------------------------------------------------------------
+    def _dir(self, job_id: int, run: int) -> str:
+        return os.path.join(self.spool, f"job{job_id}.{run}")
+
+    def recover(self) -> None:
+        """After a restart: find supervisors still running and statuses not yet reported."""
+        for entry in os.listdir(self.spool):
+            if not entry.startswith("job"):
+                continue
+            try:
+                job_id, run = (int(x) for x in entry[3:].split("."))
+            except ValueError:
+                continue
+            d = os.path.join(self.spool, entry)
+            status = _read_json(os.path.join(d, "status.json"))
+            if status is not None:
+                self.unacked[(job_id, run)] = status
+                continue
+            try:
+                with open(os.path.join(d, "super.pid")) as fh:
+                    pid = int(fh.read())
+                pidfd = os.pidfd_open(pid)
+            except (OSError, ValueError):
+                # the supervisor is gone without a status: the job died with it
+                self.unacked[(job_id, run)] = {"job_id": job_id, "run": run, "exit_code": 0,
+                                               "signal": 9, "lost": True,
+                                               "end_time": int(time.time())}
+                _write_json(os.path.join(d, "status.json"), self.unacked[(job_id, run)])
+                continue
+            self._follow(job_id, run, pid, pidfd, child=False)
+
+    def _follow(self, job_id: int, run: int, pid: int, pidfd: int, child: bool) -> None:
+        self.jobs[(job_id, run)] = {"pid": pid, "pidfd": pidfd, "child": child}
+        asyncio.get_running_loop().add_reader(pidfd, self._supervisor_exited, job_id, run)
+
+    def _supervisor_exited(self, job_id: int, run: int) -> None:
+        info = self.jobs.pop((job_id, run), None)
+        if info is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(info["pidfd"])
+        os.close(info["pidfd"])
+        if info["child"]:
+            try:
+                os.waitpid(info["pid"], 0)
+            except ChildProcessError:
+                pass
+        d = self._dir(job_id, run)
+        status = _read_json(os.path.join(d, "status.json"))
+        if status is None:
+            err = ""
+            try:
+                with open(os.path.join(d, "supervisor.err")) as fh:
+                    err = fh.read()[-2000:]
+            except OSError:
+                pass
+            log.error("job %s: supervisor ended without status %s", job_id, err)
+            status = {"job_id": job_id, "run": run, "exit_code": 1, "signal": 0,
+                      "launch_failed": True, "end_time": int(time.time())}
+            _write_json(os.path.join(d, "status.json"), status)
+        self.unacked[(job_id, run)] = status
+        self._send({"op": "job_ended", **status})
+
+    # ---- messages from the controller ---------------------------------------------------
+    def on_message(self, msg: dict) -> None:
+        op = msg.get("op")
+        if op == "launch":
+            self.launch(msg)
+        elif op == "terminate":
+            self.terminate(msg["job_id"], msg.get("run", 0), msg.get("why", "cancel"))
+        elif op == "signal":
+            self.signal(msg["job_id"], msg.get("run", 0), msg["signal"], msg.get("scope", "steps"))
+        elif op == "update_limit":
+            d = self._dir(msg["job_id"], msg.get("run", 0))
+            if os.path.isdir(d):
+                _write_json(os.path.join(d, "limit.json"), {"time_limit_s": msg.get("time_limit_s")})
+                self._poke(msg["job_id"], msg.get("run", 0), signal.SIGUSR2)
+        elif op == "ack":
+            key = (msg.get("job_id"), msg.get("run", 0))
+            if self.unacked.pop(key, None) is not None:
+                shutil.rmtree(self._dir(*key), ignore_errors=True)
+        elif op == "kill_list":
+            for jid in msg.get("jobs", []):
+                self._kill_unknown(jid)
+        else:
+            log.warning("unknown message %r", op)
+
+    def launch(self, L: dict) -> None:
+        key = (L["job_id"], L.get("run", 0))
+        d = self._dir(*key)
+        if key in self.jobs or key in self.unacked or os.path.exists(d):
+            self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
+            return  # duplicate launch (controller restarted before our confirmation)
+        os.makedirs(d, mode=0o711)
+        os.chmod(d, 0o711)
+        script = os.path.join(d, "script")
+        fd = os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(L["script"])
+        if os.getuid() == 0:
+            os.chown(script, L["uid"], L["gid"])
+        _write_json(os.path.join(d, "launch.json"), {k: v for k, v in L.items() if k != "script"})
+        pid = os.fork()
+        if pid == 0:
+            run_supervisor(d, L, self.name)  # never returns
+        self._follow(key[0], key[1], pid, os.pidfd_open(pid), child=True)
+        self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
+
+    def _poke(self, job_id: int, run: int, sig: int) -> None:
+        info = self.jobs.get((job_id, run))
+        if info:
+            try:
+                os.kill(info["pid"], sig)
+            except ProcessLookupError:
+                pass
+
+    def terminate(self, job_id: int, run: int, why: str) -> None:
+        d = self._dir(job_id, run)
+        if (job_id, run) not in self.jobs:
+            if (job_id, run) in self.unacked:
+                self._send({"op": "job_ended", **self.unacked[(job_id, run)]})
+            else:
+                # never launched here (or already cleaned): report so resources are released
+                self._send({"op": "job_ended", "job_id": job_id, "run": run, "exit_code": 0,
+                            "signal": 0, "end_time": int(time.time())})
+            return
+        with open(os.path.join(d, "terminate"), "w") as fh:
+            fh.write(why)
+        self._poke(job_id, run, signal.SIGTERM)
+
+    def signal(self, job_id: int, run: int, sig: int, scope: str) -> None:
+        pid = _read_int(os.path.join(self._dir(job_id, run), "job.pid"))
+        if pid is None or (job_id, run) not in self.jobs:
+            return
+        try:
+            if scope == "batch":
+                os.kill(pid, sig)
+            elif scope in ("full", "all"):
+                os.killpg(pid, sig)
+            # scope "steps": signal job steps only; steps arrive with srun (later issue)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _kill_unknown(self, job_id: int) -> None:
+        for (jid, run) in list(self.jobs):
+            if jid == job_id:
+                self.terminate(jid, run, "cancel")
+
+    # ---- connection -----------------------------------------------------------------------
+    def _send(self, msg: dict) -> None:
+        if self.writer is not None and not self.writer.is_closing():
+            self.writer.write(frame(msg))
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for s in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(s, self._stop.set)
+        self.recover()
+        delay = 0.05
+        stop = asyncio.create_task(self._stop.wait())
+        while not self._stop.is_set():
+            session = asyncio.create_task(self._session())
+            done, _ = await asyncio.wait({session, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if stop in done:
+                session.cancel()
+                break
+            if session.result():
+                delay = 0.05  # we were connected: retry fast
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        if self.writer:
+            self.writer.close()
+        # jobs keep running under their supervisors: stopping the agent does not kill work
+
+    async def _session(self) -> bool:
+        host = self.cfg.slurmctld_addr or "127.0.0.1"
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, self.cfg.slurmctld_port, local_addr=(self.node.addr, 0)
+                if _is_local_addr(self.node.addr) else None, limit=2**24)
+        except OSError as exc:
+            log.debug("controller unreachable: %s", exc)
+            return False
+        self.writer = writer
+        reg = {
+            "op": "agent_register", "cred": auth.mint(self.key, os.getuid(), os.getgid(),
+                                                      socket.gethostname()),
+            "node": self.name, "cpus": self.node.cpus, "mem": self.node.real_memory,
+            "running": sorted({jid for jid, _ in self.jobs}),
+            "finished": list(self.unacked.values()), "version": __version__,
+            "arch": platform.machine(), "os": f"{platform.system()} {platform.release()}",
+            "boot_time": _boot_time(), "agent_start": self.start_time,
+        }
+        writer.write(frame(reg))
+        hb = None
+        try:
+            reply = await read_frame(reader)
+            if not reply or not reply.get("ok"):
+                log.error("registration refused: %s", reply and reply.get("error"))
+                await asyncio.sleep(1.0)
+                return False
+            for jid in reply.get("kill", []):
+                self._kill_unknown(jid)
+            log.info("registered with controller as %s", self.name)
+            hb = asyncio.create_task(self._heartbeat())
+            while True:
+                msg = await read_frame(reader)
+                if msg is None:
+                    break
+                try:
+                    self.on_message(msg)
+                except Exception:
+                    log.exception("handling %s failed", msg.get("op"))
+        except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.warning("controller link lost: %s", exc)
+        finally:
+            if hb:
+                hb.cancel()
+            writer.close()
+            self.writer = None
+        return True
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                load = os.getloadavg()[0]
+            except OSError:
+                load = None
+            self._send({"op": "heartbeat", "load": load, "free_mem": _free_mem_mb()})
+            # re-send unacknowledged ends (the first copy may have crossed a reconnect)
+            for status in list(self.unacked.values()):
+                self._send({"op": "job_ended", **status})
+
+
+def _is_local_addr(addr: str | None) -> bool:
+    return bool(addr) and addr.startswith("127.")
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path: str, obj: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh)
+    os.replace(tmp, path)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _boot_time() -> int | None:
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                if line.startswith("btime"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def _free_mem_mb() -> int | None:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return None

@@ -1,0 +1,51 @@
+"""musterd entry point: ``musterd [-f slurm.conf] -N nodename [-L logfile]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="musterd", description="Muster node agent")
+    ap.add_argument("-f", dest="conf")
+    ap.add_argument("-N", dest="node", help="node name (default: short hostname)")
+    ap.add_argument("-D", dest="foreground", action="store_true")
+    ap.add_argument("-L", dest="logfile")
+    ap.add_argument("-v", dest="verbose", action="count", default=0)
+    args = ap.parse_args(argv)
+    from muster.common.errors import MusterError
+    from muster.config import load
+    from muster.config.locate import find_config_path
+    path = args.conf or find_config_path()
+    if not path:
+        print("musterd: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        filename=args.logfile, level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s musterd[%(process)d] %(levelname)s %(message)s")
+    try:
+        cfg = load(os.path.abspath(path))
+    except MusterError as exc:
+        print(f"musterd: error: {exc.message}", file=sys.stderr)
+        return 1
+    node = args.node or socket.gethostname().split(".")[0]
+    if node not in cfg.nodes:
+        print(f"musterd: error: node {node} is not in {path}", file=sys.stderr)
+        return 1
+    from muster.agent.daemon import Agent
+    try:
+        agent = Agent(cfg, node)
+    except Exception as exc:  # noqa: BLE001
+        print(f"musterd: error: {exc}", file=sys.stderr)
+        return 1
+    asyncio.run(agent.run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""scancel: cancel or signal jobs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from muster.cli.client import call, run_main
+from muster.cli.getopt import NO_ARG, REQUIRED, CliExit, GetoptParser, OptSpec
+
+PARSER = GetoptParser("scancel", [
+    OptSpec("A", "account", REQUIRED), OptSpec("b", "batch"), OptSpec("f", "full"),
+    OptSpec("h", "help"), OptSpec("i", "interactive"), OptSpec("M", "clusters", REQUIRED),
+    OptSpec("n", ("name", "jobname"), REQUIRED), OptSpec(None, "me"),
+    OptSpec("p", "partition", REQUIRED), OptSpec("q", "qos", REQUIRED), OptSpec("Q", "quiet"),
+    OptSpec("R", "reservation", REQUIRED), OptSpec("s", "signal", REQUIRED),
+    OptSpec("t", "state", REQUIRED), OptSpec("u", "user", REQUIRED), OptSpec(None, "usage"),
+    OptSpec("v", "verbose", action="count"), OptSpec("V", "version"),
+    OptSpec("w", "nodelist", REQUIRED), OptSpec(None, "wckey", REQUIRED),
+    OptSpec("H", "hurry"),
+], exit_code=1)
+
+_STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING": "RUNNING",
+           "S": "SUSPENDED", "SUSPENDED": "SUSPENDED"}
+
+
+def parse_signal(s: str) -> int:
+    import signal as sigmod
+    t = s.upper()
+    if t.isdigit():
+        n = int(t)
+        if 0 < n < 65:
+            return n
+    else:
+        name = t if t.startswith("SIG") else "SIG" + t
+        num = getattr(sigmod, name, None)
+        if isinstance(num, int) or hasattr(num, "value"):
+            return int(num)
+    raise CliExit([f"scancel: error: Invalid job signal: {s}"], 1)
+
+
+def _main() -> int:
+    opts, operands = PARSER.parse_into(sys.argv[1:])
+    env = os.environ
+    if opts.get("version"):
+        from muster import SLURM_COMPAT_VERSION
+        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
+        return 0
+    if opts.get("help") or opts.get("usage"):
+        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
+              "               [-p partition] [-Q] [-q qos] [-R reservation] [-s signal | integer]\n"
+              "               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]\n"
+              "               [-V] [-v] [-w hosts...] [--wckey=wckey] [job_id[_array_id][.step_id]]")
+        return 0
+    jobs = []
+    for tok in operands:
+        for part in tok.replace(" ", ",").split(","):
+            if not part:
+                continue
+            base = part.split(".")[0]
+            jid, _, task = base.partition("_")
+            if not jid.isdigit() or (task and not task.isdigit()):
+                raise CliExit([f"scancel: error: Invalid job id {part}"], 1)
+            jobs.append({"job_id": int(jid), "task": int(task) if task else None})
+    filters = {}
+    user = opts.get("user") or env.get("SCANCEL_USER")
+    if opts.get("me"):
+        filters["uid"] = os.getuid()
+    elif user:
+        import pwd
+        try:
+            filters["uid"] = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+        except KeyError:
+            raise CliExit([f"scancel: error: Invalid user name: {user}"], 1) from None
+    for key, opt, envk in (("name", "name", "SCANCEL_NAME"), ("partition", "partition", "SCANCEL_PARTITION"),
+                           ("account", "account", "SCANCEL_ACCOUNT"), ("qos", "qos", "SCANCEL_QOS")):
+        v = opts.get(opt) or env.get(envk)
+        if v:
+            filters[key] = v
+    st = opts.get("state") or env.get("SCANCEL_STATE")
+    if st:
+        states = []
+        for s in st.split(","):
+            if s.upper() not in _STATES:
+                raise CliExit([f"scancel: error: Invalid job state specified: {s}"], 1)
+            states.append(_STATES[s.upper()])
+        filters["states"] = states
+    if opts.get("nodelist"):
+        from muster.common.hostlist import expand
+        filters["nodes"] = expand(opts["nodelist"])
+    if not jobs and not filters:
+        raise CliExit(["scancel: error: No job identification provided"], 1)
+    sig = parse_signal(opts["signal"]) if opts.get("signal") else None
+    scope = "full" if opts.get("full") or env.get("SCANCEL_FULL") else (
+        "batch" if opts.get("batch") or env.get("SCANCEL_BATCH") else None)
+    msg = {"op": "cancel", "signal": sig, "scope": scope}
+    if jobs:
+        msg["jobs"] = jobs
+    if filters:
+        msg["filters"] = filters
+        if not jobs:
+            msg.pop("jobs", None)
+    verbose = opts.get("verbose") or env.get("SCANCEL_VERBOSE")
+    from muster.common.errors import InvalidJobId
+    code = 0
+    try:
+        reply = call(msg)
+    except InvalidJobId as exc:
+        if verbose or sig is not None:
+            sys.stderr.write(f"scancel: error: Kill job error on job id: {exc.message}\n")
+            return 1 if sig is not None else 0
+        # Slurm: unknown or finished job ids are silently ignored; retry without them
+        if len(jobs) > 1:
+            for j in jobs:
+                try:
+                    call({**msg, "jobs": [j]})
+                except InvalidJobId:
+                    pass
+        return 0
+    for err in reply.get("errors", []):
+        if err["code"] == "access_denied":
+            sys.stderr.write(f"scancel: error: Kill job error on job id {err['job']}: {err['error']}\n")
+            code = 210
+        elif verbose or sig is not None:
+            sys.stderr.write(f"scancel: error: Kill job error on job id {err['job']}: {err['error']}\n")
+            code = code or 1
+    if filters and not jobs and not reply.get("done") and not reply.get("errors") and not opts.get("quiet"):
+        desc = ", ".join(f"{k}={v}" for k, v in filters.items())
+        sys.stderr.write(f"scancel: error: No active jobs match ALL job filters, including: {desc}\n")
+    return code
+
+
+def main() -> None:
+    run_main("scancel", _main)
+
+
+if __name__ == "__main__":
+    main()

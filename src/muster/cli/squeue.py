@@ -1,0 +1,136 @@
+"""squeue: view the queue."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from muster.cli.client import call, run_main
+from muster.cli.getopt import NO_ARG, REQUIRED, CliExit, GetoptParser, OptSpec
+
+DEFAULT_STATES = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT"}
+
+PARSER = GetoptParser("squeue", [
+    OptSpec("A", "account", REQUIRED), OptSpec("a", "all"), OptSpec("r", "array"),
+    OptSpec("h", "noheader"), OptSpec(None, "help"), OptSpec(None, "usage"),
+    OptSpec("i", "iterate", REQUIRED), OptSpec("j", "jobs", REQUIRED, action="append"),
+    OptSpec("l", "long"), OptSpec(None, "me"), OptSpec("n", "name", REQUIRED),
+    OptSpec("o", "format", REQUIRED), OptSpec("O", "Format", REQUIRED),
+    OptSpec("p", "partition", REQUIRED), OptSpec("q", "qos", REQUIRED),
+    OptSpec("R", "reservation", REQUIRED), OptSpec("s", "steps", REQUIRED),
+    OptSpec("S", "sort", REQUIRED), OptSpec(None, "start"), OptSpec("t", ("states", "state"), REQUIRED),
+    OptSpec("u", ("user", "users"), REQUIRED), OptSpec("v", "verbose", action="count"),
+    OptSpec("V", "version"), OptSpec("w", ("nodelist", "nodes"), REQUIRED),
+    OptSpec("M", "clusters", REQUIRED), OptSpec(None, "json"), OptSpec(None, "yaml"),
+    OptSpec(None, "local"), OptSpec(None, "sibling"), OptSpec(None, "federation"),
+    OptSpec("L", "licenses", REQUIRED), OptSpec("P", "priority"),
+], exit_code=1)
+
+
+def _split(v: str | None) -> list[str]:
+    return [x for x in (v or "").split(",") if x]
+
+
+def _main() -> int:
+    opts, operands = PARSER.parse_into(sys.argv[1:])
+    env = os.environ
+    if opts.get("version"):
+        from muster import SLURM_COMPAT_VERSION
+        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
+        return 0
+    if opts.get("help") or opts.get("usage"):
+        print("Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid] [--name name]\n"
+              "              [-o format] [-O fields] [-p partitions] [-q qos] [--start] [-t states]\n"
+              "              [-u user_name] [--me] [-w nodes] [-h] [-l] [-r] [-S fields]")
+        return 0
+    if operands:
+        raise CliExit([f"squeue: error: Unrecognized option: {operands[0]}",
+                       'Try "squeue --help" for more information'], 1)
+    from muster.cli import fmt_squeue
+    msg: dict = {"op": "jobs"}
+    job_ids = []
+    for spec in opts.get("jobs") or []:
+        for tok in _split(spec):
+            base = tok.split("_")[0].split(".")[0]
+            if not base.isdigit():
+                raise CliExit([f"squeue: error: Invalid job id: {tok}"], 1)
+            job_ids.append(int(base))
+    if job_ids:
+        msg["job_ids"] = job_ids
+    states = None
+    st_arg = opts.get("states") or env.get("SQUEUE_STATES")
+    if st_arg:
+        try:
+            states = fmt_squeue.parse_states(st_arg)
+        except ValueError as exc:
+            raise CliExit([f"squeue: error: Invalid job state specified: {exc}"], 1) from None
+    users = _split(opts.get("user") or env.get("SQUEUE_USERS"))
+    uids = set()
+    bad_user = False
+    if opts.get("me"):
+        uids.add(os.getuid())
+    if users:
+        import pwd
+        for u in users:
+            if u.isdigit():
+                uids.add(int(u))
+                continue
+            try:
+                uids.add(pwd.getpwnam(u).pw_uid)
+            except KeyError:
+                sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
+                bad_user = True
+    iterate = opts.get("iterate")
+    while True:
+        reply = call(msg)
+        jobs = reply["jobs"]
+        if states is None:
+            jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]
+        elif "ALL" not in states:
+            jobs = [j for j in jobs if j["state"] in states]
+        if uids or bad_user:
+            jobs = [j for j in jobs if j["uid"] in uids]
+        parts = set(_split(opts.get("partition") or env.get("SQUEUE_PARTITION")))
+        if parts:
+            jobs = [j for j in jobs if parts & set(j["partition"].split(","))]
+        names = set(_split(opts.get("name") or env.get("SQUEUE_NAMES")))
+        if names:
+            jobs = [j for j in jobs if j["name"] in names]
+        accts = set(_split(opts.get("account") or env.get("SQUEUE_ACCOUNT")))
+        if accts:
+            jobs = [j for j in jobs if j["account"] in accts]
+        qos = set(_split(opts.get("qos") or env.get("SQUEUE_QOS")))
+        if qos:
+            jobs = [j for j in jobs if j["qos"] in qos]
+        if opts.get("nodelist"):
+            from muster.common.hostlist import expand
+            want = set(expand(opts["nodelist"]))
+            from muster.common.hostlist import expand as ex
+            jobs = [j for j in jobs if j.get("node_list") and want & set(ex(j["node_list"]))]
+        try:
+            out = fmt_squeue.render(
+                jobs, fmt=opts.get("format") or (None if opts.get("Format") else env.get("SQUEUE_FORMAT")),
+                fmt_long=opts.get("Format") or env.get("SQUEUE_FORMAT2"), long=bool(opts.get("long")),
+                start=bool(opts.get("start")), noheader=bool(opts.get("noheader")),
+                array_expand=bool(opts.get("array") or env.get("SQUEUE_ARRAY")), now=reply["now"],
+                sort=opts.get("sort") or env.get("SQUEUE_SORT"))
+        except ValueError as exc:
+            raise CliExit([f"squeue: error: Invalid field or sort key: {exc}"], 1) from None
+        sys.stdout.write(out)
+        if not iterate:
+            return 0
+        sys.stdout.flush()
+        try:
+            time.sleep(max(1, int(iterate)))
+        except ValueError:
+            raise CliExit([f"squeue: error: Invalid iterate value: {iterate}"], 1) from None
+        sys.stdout.write("\n")
+
+
+def main() -> None:
+    run_main("squeue", _main)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Framing shared by the controller, the agents and the CLI (standard library only).
+
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (one object).
+Frames larger than ``MAX_FRAME`` are refused before anything is allocated for them, so a
+garbage or hostile length cannot make a daemon allocate gigabytes.
+
+The CLI uses the blocking helpers here (one request, one reply, close). The daemons use their
+own asyncio reader built on the same constants.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+
+HEADER = struct.Struct(">I")
+MAX_FRAME = 16 * 1024 * 1024  # a 4 MiB script JSON-escaped, plus its environment, fits
+MAX_CLIENT_REPLY = 512 * 1024 * 1024
+
+
+class FrameError(Exception):
+    """The peer sent something that is not a valid frame."""
+
+
+def encode(obj: dict) -> bytes:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    if len(body) > MAX_FRAME:
+        raise FrameError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
+    return HEADER.pack(len(body)) + body
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if k == 0:
+            raise FrameError("connection closed mid-frame" if got else "connection closed")
+        got += k
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket, limit: int = MAX_CLIENT_REPLY) -> dict:
+    (length,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    if length > limit:
+        raise FrameError(f"frame of {length} bytes exceeds the limit")
+    try:
+        obj = json.loads(_recv_exact(sock, length))
+    except ValueError as exc:
+        raise FrameError(f"malformed frame: {exc}") from None
+    if not isinstance(obj, dict):
+        raise FrameError("frame is not a JSON object")
+    return obj
+
+
+def send_frame(sock: socket.socket, obj: dict) -> None:
+    sock.sendall(encode(obj))

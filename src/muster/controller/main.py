@@ -1,0 +1,55 @@
+"""musterctld entry point: ``musterctld [-f slurm.conf] [-D] [-L logfile]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="musterctld", description="Muster controller")
+    ap.add_argument("-f", dest="conf", help="slurm.conf path (default: as the CLI finds it)")
+    ap.add_argument("-D", dest="foreground", action="store_true", help="run in the foreground")
+    ap.add_argument("-L", dest="logfile", help="log file (default: stderr)")
+    ap.add_argument("-v", dest="verbose", action="count", default=0)
+    args = ap.parse_args(argv)
+    from muster.common.errors import MusterError
+    from muster.config import load
+    from muster.config.locate import find_config_path
+    path = args.conf or find_config_path()
+    if not path:
+        print("musterctld: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+        return 1
+    logging.basicConfig(
+        filename=args.logfile, level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s musterctld[%(process)d] %(levelname)s %(message)s")
+    try:
+        cfg = load(os.path.abspath(path))
+        for w in cfg.warnings:
+            logging.warning("config: %s", w)
+        os.makedirs(cfg.state_save_location, exist_ok=True)
+        from muster.controller.server import Controller
+        from muster.store.sqlite import SqliteStore
+        store = SqliteStore(cfg.db_path)
+        ctl = Controller(cfg, store)
+    except MusterError as exc:
+        print(f"musterctld: error: {exc.message}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - one clear line, details in the log
+        logging.exception("start-up failed")
+        print(f"musterctld: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        import uvloop  # optional
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(ctl.serve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""The imperative shell around the pure scheduling core.
+
+``build_snapshot`` turns the controller's state into the core's immutable input,
+``apply_plan`` is the one place where a Plan becomes reality: it re-checks every start against
+the current state (the plan may be stale by the time it is applied), splits array tasks off
+their master, commits all changes of the pass in one transaction, and returns the jobs to
+launch — which the caller dispatches only after the commit.
+"""
+
+from __future__ import annotations
+
+from muster.controller.submit import expand_io_paths
+from muster.core import (JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever,
+                         schedule)
+from muster.lifecycle import deps as depmod
+from muster.lifecycle import job as lifecycle
+from muster.model.job import PENDING, Job
+
+
+def sched_config(cfg) -> SchedConfig:
+    return SchedConfig(def_mem_per_cpu=cfg.def_mem_per_cpu, def_mem_per_node=cfg.def_mem_per_node,
+                       def_mem_per_gpu=cfg.def_mem_per_gpu)
+
+
+def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
+    out = []
+    for n in state.nodes.values():
+        free_gpus = n.gpu_indices if empty else tuple(g for g in n.gpu_indices if g not in n.gpus_alloc)
+        out.append(NodeView(
+            name=n.name, index=n.index, partitions=frozenset(n.partitions), cpus=n.cpus,
+            cpus_free=n.cpus if empty else max(0, n.cpus - n.cpus_alloc), mem=n.mem,
+            mem_free=n.mem if empty else max(0, n.mem - n.mem_alloc), gpus=len(n.gpu_indices),
+            gpus_free=free_gpus, gpu_type=n.gpu_type, usable=True if empty else n.usable,
+            weight=n.conf.weight))
+    return tuple(out)
+
+
+def partition_views(cfg) -> dict[str, PartitionView]:
+    return {p.name: PartitionView(name=p.name, state=p.state, priority_tier=p.priority_tier,
+                                  node_names=tuple(p.nodes), max_time=p.max_time,
+                                  max_nodes=p.max_nodes, min_nodes=p.min_nodes)
+            for p in cfg.partitions.values()}
+
+
+def job_view(job: Job, blocked: str | None = None, max_starts: int = 1) -> JobView:
+    return JobView(
+        job_id=job.job_id, priority=job.priority, submit_time=job.submit_time,
+        partitions=tuple(job.partitions_req or [job.partition]), nodes_min=job.nodes_min,
+        nodes_max=job.nodes_max, ntasks=job.num_tasks if job.ntasks_given else 0, ntasks_per_node=job.ntasks_per_node,
+        cpus_per_task=job.cpus_per_task, mem_per_node=0 if job.mem_all else job.mem_per_node,
+        mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, gpus_per_node=job.gpus_per_node,
+        gpus_total=job.gpus, gpus_per_task=job.gpus_per_task, gpu_type=job.gpu_type,
+        req_nodes=frozenset(_expand(job.req_nodes)), exc_nodes=frozenset(_expand(job.exc_nodes)),
+        exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts)
+
+
+def _expand(expr: str | None) -> list[str]:
+    if not expr:
+        return []
+    from muster.common.hostlist import expand
+    return expand(expr)
+
+
+class FitChecker:
+    """Answers "could this request ever run in that partition?" against empty nodes."""
+
+    def __init__(self, state):
+        self._state = state
+        self._cfg = sched_config(state.cfg)
+
+    def __call__(self, job: Job, partition: str) -> str | None:
+        nodes = [v for v in node_views(self._state, empty=True)
+                 if partition in v.partitions]
+        view = job_view(job)
+        return fits_ever(view, nodes, self._cfg)
+
+
+def blocked_reason(state, job: Job, t: int) -> str | None:
+    """Reasons decided by the shell before the core sees the job."""
+    if job.hold:
+        return "JobHeldAdmin" if job.hold == "admin" else "JobHeldUser"
+    if job.begin_time is not None and job.begin_time > t:
+        return "BeginTime"
+    if job.dep_terms:
+        st = state.evaluate_dependency(job, t)
+        if st == depmod.FAILED:
+            return "DependencyNeverSatisfied"
+        if st == depmod.WAITING:
+            return "Dependency"
+    return None
+
+
+def build_snapshot(state, t: int) -> Snapshot:
+    pending = []
+    running_per_array: dict[int, int] = {}
+    for j in state.jobs.values():
+        if j.array_job_id is not None and j.array_task_id is not None and (
+                j.state == "RUNNING" or j.completing):
+            running_per_array[j.array_job_id] = running_per_array.get(j.array_job_id, 0) + 1
+    for j in state.jobs.values():
+        if j.state != PENDING:
+            continue
+        blocked = blocked_reason(state, j, t)
+        max_starts = 1
+        if j.pending_tasks:
+            max_starts = len(j.pending_tasks)
+            if j.array_max_tasks:
+                room = j.array_max_tasks - running_per_array.get(j.array_job_id, 0)
+                if room <= 0 and blocked is None:
+                    blocked = "JobArrayTaskLimit"
+                max_starts = max(1, min(max_starts, room))
+        pending.append(job_view(j, blocked, max_starts))
+    return Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
+                    pending=tuple(pending))
+
+
+def apply_plan(state, plan, t: int) -> list[Job]:
+    """Commit the plan's starts and reasons; return the jobs to launch (after commit)."""
+    started: list[Job] = []
+    with state.store.transaction():
+        for start in plan.starts:
+            job = state.jobs.get(start.job_id)
+            if job is None or job.state != PENDING:
+                continue
+            allocs = [{"node": na.node, "cpus": na.cpus, "mem": na.mem, "gpus": list(na.gpus),
+                       "tasks": na.tasks} for na in start.allocation.nodes]
+            if not _still_free(state, allocs):
+                continue
+            if job.pending_tasks:
+                job = _split_array_task(state, job, t)
+            lifecycle.start(job, partition=start.partition, alloc=allocs,
+                            node_list=state.node_list_of(a["node"] for a in allocs),
+                            tres_alloc=state.alloc_tres(allocs), now=t)
+            expand_io_paths(job)
+            state.allocate(job)
+            state.save(job)
+            started.append(job)
+        started_ids = {j.job_id for j in started}
+        for job_id, reason in plan.reasons.items():
+            job = state.jobs.get(job_id)
+            if job is None or job.state != PENDING or job_id in started_ids:
+                continue
+            if job.reason != reason:
+                job.reason = reason
+                job.last_sched_eval = t
+                state.save(job)
+    return started
+
+
+def _still_free(state, allocs: list[dict]) -> bool:
+    for a in allocs:
+        n = state.nodes.get(a["node"])
+        if n is None or not n.usable:
+            return False
+        if n.cpus - n.cpus_alloc < a["cpus"] or n.mem - n.mem_alloc < a["mem"]:
+            return False
+        if n.gpus_alloc.intersection(a["gpus"]):
+            return False
+    return True
+
+
+def _split_array_task(state, master: Job, t: int) -> Job:
+    """Start the lowest pending index. The last index keeps the master's id (Slurm does so)."""
+    idx = master.pending_tasks[0]
+    rest = master.pending_tasks[1:]
+    if not rest:
+        master.pending_tasks = None
+        master.array_task_id = idx
+        master.array_task_str = None
+        return master
+    from muster.controller.submit import compress_indices
+    task = master.copy(job_id=state.take_job_id(), array_task_id=idx, pending_tasks=None,
+                       array_task_str=None)
+    master.pending_tasks = rest
+    master.array_task_str = compress_indices(rest)
+    state.jobs[task.job_id] = task
+    state.save(master)
+    return task

@@ -1,0 +1,383 @@
+"""musterctld: listeners, authentication, the scheduling loop and the agent links.
+
+Threading model: one asyncio loop owns all state; nothing else touches it. Requests are
+handled to completion (including their commit) before the next one starts, so every reply
+reflects committed state. Scheduling runs on events (submit, job end, node change) after a
+short coalescing delay, plus a periodic pass as a safety net.
+
+Endpoints:
+  * Unix socket ``<StateSaveLocation>/musterctld.sock`` (mode 0666): local clients; the caller's
+    uid/gid come from SO_PEERCRED.
+  * TCP ``SlurmctldHost:SlurmctldPort``: agents and remote clients; the first frame must carry
+    an HMAC credential (muster.common.auth); a forged, stale or replayed one is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import struct
+import time
+
+from muster.common import auth
+from muster.common.errors import MusterError, RequestError
+from muster.controller import handlers
+from muster.controller.netio import BadFrame, frame, read_frame
+from muster.controller.scheduling import apply_plan, build_snapshot, sched_config
+from muster.controller.state import ClusterState, identity, now
+from muster.core import schedule
+from muster.lifecycle import job as lifecycle
+from muster.model.job import RUNNING
+
+log = logging.getLogger("musterctld")
+
+COALESCE_S = 0.002
+PERIODIC_S = 5.0
+IDLE_CLIENT_TIMEOUT = 30.0
+
+
+class AgentLink:
+    """The controller's end of one agent's persistent connection."""
+
+    def __init__(self, node: str, writer: asyncio.StreamWriter):
+        self.node = node
+        self.writer = writer
+
+    def send(self, msg: dict) -> bool:
+        if self.writer.is_closing():
+            return False
+        self.writer.write(frame(msg))
+        return True
+
+
+class Controller:
+    def __init__(self, cfg, store):
+        self.cfg = cfg
+        self.state = ClusterState(cfg, store)
+        self.sched_cfg = sched_config(cfg)
+        self.agents: dict[str, AgentLink] = {}
+        self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
+        self.key = auth.load_key(cfg.key_path)
+        self.verifier = auth.Verifier(self.key)
+        self.owner_uid = os.getuid()
+        self.operators = set(getattr(cfg, "operators", ()) or ())
+        # Slurm holds a requeued job ~121 s (BeginTime); Muster defaults to 2 s
+        # (SchedulerParameters=requeue_delay=N to change it)
+        self.requeue_delay = int((getattr(cfg, "scheduler_parameters", None) or {}).get(
+            "requeue_delay", 2))
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
+        self._servers: list[asyncio.base_events.Server] = []
+
+    # ---- authorization -----------------------------------------------------------------
+    def is_admin(self, uid: int) -> bool:
+        if uid in (0, self.owner_uid):
+            return True
+        return identity(uid)["user"] in self.operators
+
+    # ---- lifecycle of the daemon --------------------------------------------------------
+    async def serve(self) -> None:
+        sock_path = self.cfg.socket_path
+        os.makedirs(os.path.dirname(sock_path), exist_ok=True)
+        if os.path.exists(sock_path):
+            os.unlink(sock_path)
+        unix = await asyncio.start_unix_server(self._on_unix, path=sock_path, limit=2**20)
+        os.chmod(sock_path, 0o666)
+        host = self.cfg.slurmctld_addr or "127.0.0.1"
+        tcp = await asyncio.start_server(self._on_tcp, host=host, port=self.cfg.slurmctld_port,
+                                         reuse_address=True, limit=2**20)
+        self._servers = [unix, tcp]
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stopping.set)
+        log.info("musterctld ready: %s, %s:%s", sock_path, host, self.cfg.slurmctld_port)
+        tasks = [asyncio.create_task(self._scheduler_loop()),
+                 asyncio.create_task(self._periodic())]
+        self.request_schedule()
+        await self._stopping.wait()
+        for t in tasks:
+            t.cancel()
+        for s in self._servers:
+            s.close()
+        for link in list(self.agents.values()):
+            link.writer.close()
+        self.state.store.close()
+
+    def request_schedule(self) -> None:
+        self._wake.set()
+
+    async def _scheduler_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            await asyncio.sleep(COALESCE_S)
+            self._wake.clear()
+            try:
+                self.schedule_once()
+            except Exception:  # a bug here must not kill the controller
+                log.exception("scheduling pass failed")
+
+    def schedule_once(self) -> None:
+        t0 = time.perf_counter()
+        t = now()
+        snap = build_snapshot(self.state, t)
+        plan = schedule(snap, self.sched_cfg)
+        started = apply_plan(self.state, plan, t)
+        for job in started:
+            self.launch(job)
+        self.stats["cycles"] += 1
+        self.stats["starts"] += len(started)
+        self.stats["last_cycle_ms"] = (time.perf_counter() - t0) * 1000
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(PERIODIC_S)
+            try:
+                t = now()
+                self.state.purge_old(t)
+                self.check_agents(t)
+                self.request_schedule()
+            except Exception:
+                log.exception("periodic pass failed")
+
+    # ---- client connections --------------------------------------------------------------
+    async def _on_unix(self, reader, writer) -> None:
+        sock = writer.get_extra_info("socket")
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, gid = struct.unpack("3i", creds)
+        await self._client_loop(reader, writer, uid, gid, first=None)
+
+    async def _on_tcp(self, reader, writer) -> None:
+        try:
+            msg = await asyncio.wait_for(read_frame(reader), IDLE_CLIENT_TIMEOUT)
+        except (BadFrame, asyncio.TimeoutError, ConnectionError) as exc:
+            await self._refuse(writer, "invalid_request", f"bad frame: {exc}")
+            return
+        if msg is None:
+            writer.close()
+            return
+        try:
+            uid, gid = self.verifier.verify(msg.get("cred"))
+        except auth.CredentialError as exc:
+            log.warning("refused TCP peer %s: %s", writer.get_extra_info("peername"), exc)
+            await self._refuse(writer, "auth", f"Authentication failure: {exc}")
+            return
+        if msg.get("op") == "agent_register":
+            if not self.is_admin(uid):
+                await self._refuse(writer, "access_denied", "agents must run as root or SlurmUser")
+                return
+            await self._agent_loop(reader, writer, msg)
+            return
+        await self._client_loop(reader, writer, uid, gid, first=msg)
+
+    async def _refuse(self, writer, code: str, message: str) -> None:
+        try:
+            writer.write(frame({"ok": False, "code": code, "error": message}))
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    async def _client_loop(self, reader, writer, uid: int, gid: int, first: dict | None) -> None:
+        try:
+            msg = first
+            while True:
+                if msg is None:
+                    try:
+                        msg = await asyncio.wait_for(read_frame(reader), IDLE_CLIENT_TIMEOUT)
+                    except (BadFrame, asyncio.TimeoutError) as exc:
+                        writer.write(frame({"ok": False, "code": "invalid_request",
+                                            "error": f"bad frame: {exc}"}))
+                        break
+                    if msg is None:
+                        break
+                reply = self.dispatch(msg, uid, gid)
+                writer.write(frame(reply))
+                await writer.drain()
+                msg = None
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def dispatch(self, msg: dict, uid: int, gid: int) -> dict:
+        self.stats["rpcs"] += 1
+        op = msg.get("op")
+        handler = handlers.OPS.get(op) if isinstance(op, str) else None
+        if handler is None:
+            return {"ok": False, "code": "invalid_request", "error": f"unknown operation {op!r}"}
+        try:
+            reply = handler(self, msg, uid, gid)
+        except MusterError as exc:
+            return exc.to_wire()
+        except Exception:
+            log.exception("handler %s failed", op)
+            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
+        reply.setdefault("ok", True)
+        return reply
+
+    # ---- agents ----------------------------------------------------------------------------
+    async def _agent_loop(self, reader, writer, reg: dict) -> None:
+        name = reg.get("node")
+        node = self.state.nodes.get(name) if isinstance(name, str) else None
+        if node is None:
+            await self._refuse(writer, "invalid_nodelist", f"unknown node {name!r}")
+            return
+        old = self.agents.get(name)
+        if old is not None:
+            old.writer.close()
+        link = AgentLink(name, writer)
+        self.agents[name] = link
+        reply = self.register_agent(node, reg)
+        link.send(reply)
+        for msg in self.outbox.pop(name, []):
+            link.send(msg)
+        self.request_schedule()
+        try:
+            while True:
+                msg = await read_frame(reader)
+                if msg is None:
+                    break
+                self.on_agent_message(node, link, msg)
+        except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
+            log.warning("agent %s link broken: %s", name, exc)
+        finally:
+            if self.agents.get(name) is link:
+                del self.agents[name]
+                node.connected = False
+                self.state.event(None, "node_not_responding", "agent disconnected", node=name)
+            writer.close()
+
+    def register_agent(self, node, reg: dict) -> dict:
+        t = now()
+        node.connected = True
+        node.registered = True
+        node.last_heartbeat = t
+        node.boot_time = reg.get("boot_time")
+        node.agent_start = reg.get("agent_start")
+        node.version = str(reg.get("version", ""))
+        node.arch = str(reg.get("arch", ""))
+        node.os = str(reg.get("os", ""))
+        running = set(reg.get("running") or [])
+        finished = reg.get("finished") or []
+        with self.state.store.transaction():
+            for res in finished:
+                self.job_ended(node.name, res)
+            kill = []
+            for jid in running:
+                job = self.state.jobs.get(jid)
+                if job is None or not (job.state == RUNNING or job.completing) or \
+                        job.batch_host != node.name:
+                    kill.append(jid)
+            relaunch = []
+            for job in list(self.state.jobs.values()):
+                if job.batch_host != node.name or job.job_id in running:
+                    continue
+                if job.state == RUNNING and not job.launch_confirmed:
+                    relaunch.append(job)
+                elif (job.state == RUNNING or job.completing) and job.launch_confirmed:
+                    # the agent does not know a job it had confirmed: its processes are gone
+                    self.job_ended(node.name, {"job_id": job.job_id, "run": job.restarts,
+                                               "exit_code": 0, "signal": 9, "lost": True})
+            self.state.event(None, "node_registered", f"{len(running)} jobs running", node=node.name)
+        for job in relaunch:
+            self.outbox.setdefault(node.name, []).append(self.launch_message(job))
+        return {"op": "registered", "ok": True, "kill": kill, "time": t,
+                "slurmd_timeout": self.cfg.slurmd_timeout}
+
+    def on_agent_message(self, node, link: AgentLink, msg: dict) -> None:
+        op = msg.get("op")
+        node.last_heartbeat = now()
+        if op == "heartbeat":
+            node.cpu_load = msg.get("load")
+            node.free_mem = msg.get("free_mem")
+        elif op == "job_started":
+            job = self.state.jobs.get(msg.get("job_id"))
+            if job is not None and job.restarts == msg.get("run", 0) and not job.launch_confirmed:
+                job.launch_confirmed = True
+                self.state.save(job)
+        elif op == "job_ended":
+            self.job_ended(node.name, msg)
+            link.send({"op": "ack", "job_id": msg.get("job_id"), "run": msg.get("run", 0)})
+        else:
+            log.warning("agent %s sent unknown op %r", node.name, op)
+
+    def check_agents(self, t: int) -> None:
+        timeout = self.cfg.slurmd_timeout
+        for node in self.state.nodes.values():
+            if node.connected and node.last_heartbeat and t - node.last_heartbeat > timeout:
+                link = self.agents.pop(node.name, None)
+                if link:
+                    link.writer.close()
+                node.connected = False
+
+    def send_to_node(self, node: str, msg: dict) -> None:
+        link = self.agents.get(node)
+        if link is None or not link.send(msg):
+            self.outbox.setdefault(node, []).append(msg)
+
+    # ---- job launch and end ------------------------------------------------------------------
+    def launch_message(self, job) -> dict:
+        from muster.controller.jobenv import batch_env
+        stored = self.state.store.get_script(job.script_id or job.job_id)
+        script, env = stored if stored else ("#!/bin/sh\nexit 1\n", {})
+        ident = identity(job.uid, job.gid)
+        login = {"HOME": ident["home"], "USER": job.user, "LOGNAME": job.user,
+                 "SHELL": ident["shell"], "PATH": "/usr/local/bin:/usr/bin:/bin"}
+        return {
+            "op": "launch", "job_id": job.job_id, "run": job.restarts, "uid": job.uid,
+            "gid": job.gid, "groups": list(job.groups), "user": job.user, "name": job.name,
+            "work_dir": job.work_dir, "script": script, "argv": list(job.argv),
+            "env": batch_env(job, env, cluster_name=self.cfg.cluster_name,
+                             conf_path=self.cfg.path, login=login),
+            "stdout": job.std_out, "stderr": job.std_err, "stdin": job.std_in,
+            "open_mode": job.open_mode or ("append" if self.cfg.job_file_append else "truncate"),
+            "time_limit_s": None if job.time_limit is None else 60 * job.time_limit,
+            "start_time": job.start_time, "kill_wait": max(1, self.cfg.kill_wait),
+            "umask": job.umask, "signal": job.signal_spec,
+            "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+        }
+
+    def launch(self, job) -> None:
+        self.send_to_node(job.batch_host, self.launch_message(job))
+
+    def job_ended(self, node_name: str, res: dict) -> None:
+        job = self.state.jobs.get(res.get("job_id"))
+        if job is None or job.batch_host != node_name or job.restarts != res.get("run", 0):
+            return  # unknown, or a report of an older run we already closed
+        if not (job.state == RUNNING or job.completing):
+            return  # duplicate report
+        t = now()
+        step = lifecycle.finish(job, exit_code=int(res.get("exit_code") or 0),
+                                signal=int(res.get("signal") or 0),
+                                timed_out=bool(res.get("timed_out")), now=t,
+                                end_time=res.get("end_time"),
+                                launch_failed=bool(res.get("launch_failed")))
+        self.state.release(job)
+        with self.state.store.transaction():
+            self.state.store.put_step(job.job_id, "batch", step)
+            if job.requeue_pending:
+                job.requeue_pending = False
+                prev = lifecycle.requeue(job, now=t, delay=self.requeue_delay,
+                                         hold=job.requeue_hold,
+                                         held_desc="job requeued in held state" if job.requeue_hold else None)
+                job.requeue_hold = False
+                self.state.store.put_run(job.job_id, job.restarts - 1, prev)
+                self.state.event(job, "requeued", f"run {job.restarts - 1} ended")
+            else:
+                self.state.event(job, "ended", f"{job.state} {job.exit_code}:{job.exit_signal}"
+                                 + (" (processes lost)" if res.get("lost") else ""))
+            self.state.save(job)
+        self.request_schedule()
+
+    def kill_running(self, job, *, final_state: str, by_uid: int | None, why: str) -> None:
+        """Terminate a running job: state decided now, resources held until confirmed."""
+        lifecycle.begin_kill(job, final_state=final_state, by_uid=by_uid, now=now())
+        self.state.mark_completing(job)
+        self.state.save(job)
+        self.send_to_node(job.batch_host, {"op": "terminate", "job_id": job.job_id,
+                                           "run": job.restarts, "why": why})
+

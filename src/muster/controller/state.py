@@ -1,0 +1,186 @@
+"""The controller's in-memory view of the cluster, and the one place that changes it.
+
+``ClusterState`` owns the jobs in memory (unfinished ones and those finished within
+MinJobAge), the node runtimes and the store. Every mutation goes through a method here that
+persists the job in the same call, so "changed in memory" and "committed" never drift apart;
+callers that change several jobs at once wrap them in ``store.transaction()``.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import time
+
+from muster.common.hostlist import compress
+from muster.common.units import tres_string
+from muster.controller.nodes import NodeRuntime
+from muster.lifecycle import deps as depmod
+from muster.model.job import PENDING, RUNNING, Job
+
+
+def now() -> int:
+    return int(time.time())
+
+
+def identity(uid: int, gid: int | None = None) -> dict:
+    try:
+        pw = pwd.getpwuid(uid)
+        user, pgid, home, shell = pw.pw_name, pw.pw_gid, pw.pw_dir, pw.pw_shell
+    except KeyError:
+        user, pgid, home, shell = str(uid), gid if gid is not None else uid, "/", "/bin/sh"
+    if gid is None:
+        gid = pgid
+    try:
+        group = grp.getgrgid(gid).gr_name
+    except KeyError:
+        group = str(gid)
+    try:
+        groups = os.getgrouplist(user, gid) if user != str(uid) else [gid]
+    except OSError:
+        groups = [gid]
+    return {"uid": uid, "gid": gid, "user": user, "group": group, "groups": groups,
+            "home": home, "shell": shell}
+
+
+class ClusterState:
+    def __init__(self, cfg, store):
+        self.cfg = cfg
+        self.store = store
+        self.jobs: dict[int, Job] = {}
+        order = cfg.node_order()
+        node_parts: dict[str, list[str]] = {n: [] for n in cfg.nodes}
+        for p in cfg.partitions.values():
+            for n in p.nodes:
+                node_parts[n].append(p.name)
+        self.nodes: dict[str, NodeRuntime] = {
+            name: NodeRuntime(nc, order[name], node_parts[name]) for name, nc in cfg.nodes.items()}
+        self.accounts = {"root", "default"}
+        self.qos_names = {"normal"}
+        self.next_id = cfg.first_job_id
+        self.boot_time = now()
+        self._load()
+
+    # ---- start-up ------------------------------------------------------------------------
+    def _load(self) -> None:
+        self.next_id = max(self.next_id, int(self.store.get_meta("next_job_id", "0") or 0),
+                           self.store.max_job_id() + 1)
+        for name, rec in self.store.load_nodes().items():
+            if name in self.nodes:
+                self.nodes[name].restore_admin(rec)
+        for rec in self.store.load_jobs(active_since=now() - self.cfg.min_job_age):
+            job = Job.from_store(rec)
+            self.jobs[job.job_id] = job
+            if job.holds_resources:
+                self._allocate(job)
+        acc = self.store.get_meta("accounts")
+        if acc:
+            self.accounts.update(acc.split(","))
+
+    # ---- ids & persistence ---------------------------------------------------------------
+    def take_job_id(self) -> int:
+        jid = self.next_id
+        self.next_id += 1
+        self.store.set_meta("next_job_id", str(self.next_id))
+        return jid
+
+    def save(self, job: Job) -> None:
+        self.store.put_job(job.to_store())
+
+    def event(self, job: Job | None, event: str, detail: str = "", node: str | None = None) -> None:
+        self.store.add_event(now(), event, detail, job.job_id if job else None, node)
+
+    # ---- resources -----------------------------------------------------------------------
+    def _allocate(self, job: Job) -> None:
+        for a in job.alloc:
+            n = self.nodes.get(a["node"])
+            if n is not None:
+                n.allocate(job.job_id, a["cpus"], a["mem"], a["gpus"])
+                if job.completing:
+                    n.completing_jobs.add(job.job_id)
+
+    def allocate(self, job: Job) -> None:
+        self._allocate(job)
+
+    def release(self, job: Job) -> None:
+        for a in job.alloc:
+            n = self.nodes.get(a["node"])
+            if n is not None:
+                n.release(job.job_id, a["cpus"], a["mem"], a["gpus"])
+
+    def mark_completing(self, job: Job) -> None:
+        for a in job.alloc:
+            n = self.nodes.get(a["node"])
+            if n is not None and job.job_id in n.jobs:
+                n.completing_jobs.add(job.job_id)
+
+    # ---- lookups -------------------------------------------------------------------------
+    def find(self, job_id: int) -> Job | None:
+        job = self.jobs.get(job_id)
+        if job is None:
+            rec = self.store.get_job(job_id)
+            if rec is not None:
+                job = Job.from_store(rec)
+        return job
+
+    def array_members(self, array_id: int) -> list[Job]:
+        return [j for j in self.jobs.values() if j.array_job_id == array_id]
+
+    def dep_lookup(self, job_id: int, task: int | None) -> list:
+        """The job(s) a dependency term refers to: an array id means all its tasks."""
+        if task is not None:
+            for j in self.jobs.values():
+                if j.array_job_id == job_id and j.array_task_id == task:
+                    return [j]
+            master = self.jobs.get(job_id)
+            if master is not None and master.pending_tasks and task in master.pending_tasks:
+                return [master]
+            return [Job.from_store(r) for r in self.store.query_jobs()
+                    if r.get("array_job_id") == job_id and r.get("array_task_id") == task]
+        members = self.array_members(job_id)
+        if members:
+            return members
+        job = self.find(job_id)
+        return [job] if job is not None else []
+
+    def evaluate_dependency(self, job: Job, t: int) -> str:
+        """Update ``job.dependency`` display; return SATISFIED, WAITING or FAILED."""
+        if not job.dep_terms:
+            return depmod.SATISFIED
+
+        def singleton_clear() -> bool:
+            for other in self.jobs.values():
+                if other is job or other.user != job.user or other.name != job.name:
+                    continue
+                if other.state == RUNNING or other.completing:
+                    return False
+                if other.state == PENDING and other.job_id < job.job_id and not other.hold:
+                    return False
+            return True
+
+        state, shown = depmod.evaluate(job.dep_terms, job.dep_any, self.dep_lookup,
+                                       singleton_clear, t)
+        job.dependency = shown
+        if state == depmod.SATISFIED:
+            job.dep_terms = None
+        return state
+
+    def node_list_of(self, names) -> str:
+        order = self.cfg.node_order()
+        return compress(sorted(set(names), key=order.__getitem__))
+
+    def alloc_tres(self, alloc: list[dict]) -> str:
+        cpus = sum(a["cpus"] for a in alloc)
+        mem = sum(a["mem"] for a in alloc)
+        gpus = sum(len(a["gpus"]) for a in alloc)
+        return tres_string(cpus, mem, len(alloc), cpus, {"gres/gpu": gpus} if gpus else {})
+
+    def purge_old(self, t: int) -> int:
+        """Forget (in memory only) jobs that finished more than MinJobAge ago."""
+        cutoff = t - self.cfg.min_job_age
+        old = [jid for jid, j in self.jobs.items()
+               if j.terminal and not j.completing and (j.end_time or 0) < cutoff]
+        for jid in old:
+            del self.jobs[jid]
+        return len(old)

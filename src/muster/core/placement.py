@@ -1,0 +1,461 @@
+"""cons_tres-style placement of one job on the free resources of a set of nodes.
+
+Pipeline: normalise the request (:func:`request_of`) → per node, the capacity it offers
+(how many tasks, how many GPUs for ``--gpus``) → choose nodes → distribute tasks and GPUs
+→ :class:`Allocation`. Pure and deterministic: the answer depends only on the arguments,
+never on the order of ``nodes``.
+
+Semantics (CPUs are the allocation unit, memory is consumable):
+
+* Tasks never split across nodes; a node with ``t`` tasks gets ``t * cpus_per_task`` CPUs
+  (at least 1). Without ``-n``: one task per node (or ``--ntasks-per-node``) on exactly
+  ``nodes_min`` nodes (more only if ``-w`` names more). With ``-n``: tasks are packed on as
+  few nodes as possible, at least ``nodes_min``, at most ``nodes_max``, with
+  ``--ntasks-per-node`` as a per-node maximum; every node gets at least one task.
+* Memory per node, first rule that applies: ``mem_per_node`` (0 = all memory of the node,
+  which needs the node's memory untouched), ``mem_per_cpu`` × CPUs, ``mem_per_gpu`` × GPUs
+  (GPU jobs only), then the config defaults in the order DefMemPerGPU (GPU jobs),
+  DefMemPerCPU, DefMemPerNode; nothing configured → all memory of the node.
+* GPUs: ``gpus_per_task`` × tasks, or ``gpus_per_node`` on every node, or ``gpus_total``
+  spread over the nodes (≥ 1 each; nodes with the most free GPUs are filled first).
+  ``gpu_type`` must equal the node's type. Indices: the lowest free ones.
+* ``exclusive``: only idle nodes; the job gets all their CPUs and GPUs, memory as requested.
+* ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never.
+
+Node choice (total order, documented rule):
+
+* preference key ``(weight, free GPUs, free CPUs, free memory, index)`` ascending: the
+  lowest weight, then the node with the *least* free resources that still fits (best fit:
+  big holes stay open for big jobs; GPU-free nodes are used first by CPU-only jobs);
+* a request with a fixed per-node shape takes the ``k`` best nodes by that key;
+* a packing request (``-n`` or ``--gpus``) that fits one node takes the best single node;
+  otherwise it takes nodes by largest capacity first (fewest nodes), and the last node is
+  swapped for the best-fit node that covers the remainder.
+
+Cost: one pass over ``nodes`` plus ``O(c log c)`` over the candidates that fit; never
+quadratic.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left
+from collections.abc import Callable, Sequence, Set
+from dataclasses import dataclass, replace
+
+from .snapshot import JobView, NodeView, SchedConfig
+
+__all__ = [
+    "Allocation",
+    "NEVER_BAD_CONFIG",
+    "NEVER_NODE_COUNT",
+    "NEVER_REQ_NODES",
+    "NodeAlloc",
+    "Request",
+    "empty_view",
+    "first_fit",
+    "fits_ever",
+    "node_key",
+    "place",
+    "request_of",
+]
+
+NEVER_NODE_COUNT = "node_count"  # more nodes than the set has (after -x)
+NEVER_REQ_NODES = "req_nodes"  # a -w node is not in the set, or is also excluded
+NEVER_BAD_CONFIG = "bad_node_config"  # no combination of empty nodes can hold it
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAlloc:
+    node: str
+    cpus: int
+    mem: int
+    gpus: tuple[int, ...]
+    tasks: int
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    job_id: int
+    nodes: tuple[NodeAlloc, ...]
+
+    @property
+    def cpus(self) -> int:
+        return sum(n.cpus for n in self.nodes)
+
+    @property
+    def gpus(self) -> int:
+        return sum(len(n.gpus) for n in self.nodes)
+
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(n.node for n in self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A job's request reduced to what placement needs (see :func:`request_of`).
+
+    ``tasks_mode``: ``"one"`` (1 task per node), ``"fixed"`` (``tpn`` per node) or
+    ``"pack"`` (``ntasks`` total, ``tpn`` = per-node maximum or None).
+    ``gpu_mode``: None, ``"node"``, ``"task"`` or ``"total"``; ``gpus`` is the count for it.
+    ``mem_mode``: ``"all"``, ``"node"``, ``"cpu"`` or ``"gpu"`` with ``mem`` as the amount.
+    """
+
+    cpt: int
+    lo: int
+    hi: int | None
+    tasks_mode: str
+    tpn: int | None
+    ntasks: int
+    gpu_mode: str | None
+    gpus: int
+    gpu_type: str | None
+    mem_mode: str
+    mem: int
+    exclusive: bool
+
+
+def _set(v: int | None) -> int | None:
+    return v if v is not None and v > 0 else None
+
+
+def request_of(job: JobView, cfg: SchedConfig) -> Request:
+    """Normalise ``job`` under ``cfg`` (defaults for memory, task counts, GPU mode)."""
+    cpt = max(1, job.cpus_per_task)
+    lo = max(1, job.nodes_min)
+    hi = job.nodes_max
+    tpn = _set(job.ntasks_per_node)
+    if job.ntasks > 0:
+        tasks_mode, ntasks = "pack", max(job.ntasks, lo)
+    elif tpn is not None:
+        tasks_mode, ntasks = "fixed", lo * tpn
+    else:
+        tasks_mode, ntasks = "one", lo
+    if _set(job.gpus_per_task):
+        gpu_mode, gpus = "task", job.gpus_per_task
+    elif job.gpus_per_node > 0:
+        gpu_mode, gpus = "node", job.gpus_per_node
+    elif _set(job.gpus_total):
+        gpu_mode, gpus = "total", job.gpus_total
+    else:
+        gpu_mode, gpus = None, 0
+    wants_gpus = gpu_mode is not None
+    if job.mem_per_node is not None and job.mem_per_node >= 0:
+        mem_mode, mem = ("all", 0) if job.mem_per_node == 0 else ("node", job.mem_per_node)
+    elif _set(job.mem_per_cpu):
+        mem_mode, mem = "cpu", job.mem_per_cpu
+    elif wants_gpus and _set(job.mem_per_gpu):
+        mem_mode, mem = "gpu", job.mem_per_gpu
+    elif wants_gpus and _set(cfg.def_mem_per_gpu):
+        mem_mode, mem = "gpu", cfg.def_mem_per_gpu
+    elif _set(cfg.def_mem_per_cpu):
+        mem_mode, mem = "cpu", cfg.def_mem_per_cpu
+    elif _set(cfg.def_mem_per_node):
+        mem_mode, mem = "node", cfg.def_mem_per_node
+    else:
+        mem_mode, mem = "all", 0
+    return Request(
+        cpt=cpt, lo=lo, hi=hi, tasks_mode=tasks_mode, tpn=tpn, ntasks=ntasks,
+        gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
+        mem_mode=mem_mode, mem=mem, exclusive=job.exclusive,
+    )
+
+
+def node_key(n: NodeView) -> tuple[int, int, int, int, int]:
+    """Best-fit preference key: smaller is chosen first (unique per node via index)."""
+    return (n.weight, len(n.gpus_free), n.cpus_free, n.mem_free, n.index)
+
+
+def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
+    """(max tasks, max GPUs for --gpus) node ``n`` can host now, or None if not even one unit."""
+    if rq.exclusive:
+        if not n.idle:
+            return None
+        cpu_avail, gpu_avail = n.cpus, n.gpus
+    else:
+        cpu_avail, gpu_avail = n.cpus_free, len(n.gpus_free)
+    tcap = cpu_avail // rq.cpt
+    if rq.tasks_mode == "one":
+        need = 1
+    elif rq.tasks_mode == "fixed":
+        need = rq.tpn
+    else:
+        need = 1
+        if rq.tpn is not None:
+            tcap = min(tcap, rq.tpn)
+    gcap = 0
+    gm = rq.gpu_mode
+    if gm == "node":
+        if rq.gpus > gpu_avail:
+            return None
+    elif gm == "task":
+        tcap = min(tcap, gpu_avail // rq.gpus)
+    elif gm == "total":
+        gcap = gpu_avail
+    mm, mem_free = rq.mem_mode, n.mem_free
+    if mm == "all":
+        if mem_free < n.mem:
+            return None
+    elif mm == "node":
+        if rq.mem > mem_free:
+            return None
+    elif mm == "cpu":
+        if rq.exclusive:
+            if rq.mem * n.cpus > mem_free:
+                return None
+        else:
+            tcap = min(tcap, mem_free // (rq.mem * rq.cpt))
+    elif rq.exclusive:  # "gpu": an exclusive job holds every GPU of the node
+        if rq.mem * n.gpus > mem_free:
+            return None
+    elif gm == "node":
+        if rq.mem * rq.gpus > mem_free:
+            return None
+    elif gm == "task":
+        tcap = min(tcap, mem_free // (rq.mem * rq.gpus))
+    else:
+        gcap = min(gcap, mem_free // rq.mem)
+    if tcap < need or (gm == "total" and gcap < 1):
+        return None
+    return tcap, gcap
+
+
+def _spread(total: int, caps: list[int]) -> list[int] | None:
+    """Give each slot 1, then fill slots in order up to their cap; None if impossible."""
+    k = len(caps)
+    if total < k:
+        return None
+    out = [1] * k
+    rem = total - k
+    for i, c in enumerate(caps):
+        if rem == 0:
+            break
+        add = min(c - 1, rem)
+        out[i] += add
+        rem -= add
+    return None if rem else out
+
+
+def place(job: JobView, nodes: Sequence[NodeView], cfg: SchedConfig) -> Allocation | None:
+    """Place ``job`` on the free resources of ``nodes`` now, or None if it does not fit."""
+    return place_request(job, request_of(job, cfg), nodes)
+
+
+def place_request(job: JobView, rq: Request, nodes: Sequence[NodeView]) -> Allocation | None:
+    """:func:`place` with the request already normalised (lets callers reuse it)."""
+    exc, req = job.exc_nodes, job.req_nodes
+    gtype = rq.gpu_type
+    required: list[tuple[tuple, NodeView, int, int]] = []
+    others: list[tuple[tuple, NodeView, int, int]] = []
+    for n in nodes:
+        if not n.usable or (exc and n.name in exc):
+            continue
+        if gtype is not None and n.gpu_type != gtype:
+            continue
+        cap = _capacity(rq, n)
+        if cap is None:
+            continue
+        entry = (node_key(n), n, cap[0], cap[1])
+        if req and n.name in req:
+            required.append(entry)
+        else:
+            others.append(entry)
+    if len(required) < len(req):
+        return None
+    required.sort(key=lambda e: e[0])
+    if rq.tasks_mode != "pack" and rq.gpu_mode != "total":
+        chosen = _choose_fixed(rq, required, others)
+    else:
+        chosen = _choose_pack(rq, required, others)
+    if chosen is None:
+        return None
+    return _build(job, rq, chosen)
+
+
+def _choose_fixed(rq: Request, required: list, others: list) -> list | None:
+    k = max(rq.lo, len(required))
+    if rq.hi is not None and k > rq.hi:
+        return None
+    extra = k - len(required)
+    if extra > len(others):
+        return None
+    return required + heapq.nsmallest(extra, others, key=lambda e: e[0])
+
+
+def _choose_pack(rq: Request, required: list, others: list) -> list | None:
+    pack_t = rq.tasks_mode == "pack"
+    pack_g = rq.gpu_mode == "total"
+    need_t = rq.ntasks if pack_t else 0
+    need_g = rq.gpus if pack_g else 0
+
+    def covers(t: int, g: int) -> bool:
+        return t >= need_t and g >= need_g
+
+    if not required and rq.lo <= 1:
+        fits = [e for e in others if covers(e[2], e[3])]
+        if fits:
+            return [min(fits, key=lambda e: e[0])]
+    chosen = list(required)
+    st = sum(e[2] for e in chosen)
+    sg = sum(e[3] for e in chosen)
+    if pack_t:
+        order = sorted(others, key=lambda e: (-e[2], -e[3], e[0]))
+    else:
+        order = sorted(others, key=lambda e: (-e[3], -e[2], e[0]))
+    i = 0
+    while not covers(st, sg) and i < len(order):
+        e = order[i]
+        chosen.append(e)
+        st += e[2]
+        sg += e[3]
+        i += 1
+    if not covers(st, sg):
+        return None
+    if len(chosen) < rq.lo:
+        rest = order[i:]
+        extra = rq.lo - len(chosen)
+        if extra > len(rest):
+            return None
+        chosen += heapq.nsmallest(extra, rest, key=lambda e: e[0])
+    elif i > 0:
+        # Swap the last greedy pick for the best-fit node covering the remainder.
+        last = order[i - 1]
+        rt, rg = need_t - (st - last[2]), need_g - (sg - last[3])
+        swap = [e for e in order[i - 1:] if e[2] >= rt and e[3] >= rg]
+        chosen[-1] = min(swap, key=lambda e: e[0])
+    k = len(chosen)
+    if (rq.hi is not None and k > rq.hi) or (pack_t and k > need_t) or (pack_g and k > need_g):
+        return None
+    return chosen
+
+
+def _build(job: JobView, rq: Request, chosen: list) -> Allocation | None:
+    if rq.tasks_mode == "pack":
+        tasks = _spread(rq.ntasks, [e[2] for e in chosen])
+        if tasks is None:
+            return None
+    else:
+        per = 1 if rq.tasks_mode == "one" else rq.tpn
+        tasks = [per] * len(chosen)
+    if rq.gpu_mode == "total":
+        by_gpus = sorted(range(len(chosen)), key=lambda i: (-chosen[i][3], chosen[i][0]))
+        share = _spread(rq.gpus, [chosen[i][3] for i in by_gpus])
+        if share is None:
+            return None
+        ngpus = [0] * len(chosen)
+        for i, s in zip(by_gpus, share):
+            ngpus[i] = s
+    elif rq.gpu_mode == "node":
+        ngpus = [rq.gpus] * len(chosen)
+    elif rq.gpu_mode == "task":
+        ngpus = [rq.gpus * t for t in tasks]
+    else:
+        ngpus = [0] * len(chosen)
+    out = []
+    for (_, n, _, _), t, g in zip(chosen, tasks, ngpus):
+        if rq.exclusive:
+            cpus, gids = n.cpus, n.gpus_free  # idle: every GPU is free
+        else:
+            cpus, gids = max(1, t * rq.cpt), n.gpus_free[:g]
+        mm = rq.mem_mode
+        if mm == "all":
+            mem = n.mem
+        elif mm == "node":
+            mem = rq.mem
+        elif mm == "cpu":
+            mem = rq.mem * cpus
+        else:
+            mem = rq.mem * len(gids)
+        out.append((n.index, NodeAlloc(node=n.name, cpus=cpus, mem=mem, gpus=gids, tasks=t)))
+    out.sort(key=lambda p: p[0])
+    return Allocation(job_id=job.job_id, nodes=tuple(a for _, a in out))
+
+
+def first_fit(
+    job: JobView,
+    rq: Request,
+    keys: Sequence[tuple[int, int, int, int, int]],
+    lookup: Callable[[int], NodeView],
+    skip: Set[str],
+) -> Allocation | None:
+    """:func:`place_request` through a sorted key index, for the common shapes.
+
+    ``keys`` are the :func:`node_key` of the candidate nodes, ascending; ``lookup`` maps a
+    node index to its view; nodes named in ``skip`` are not used. Valid only for a job
+    without ``-w``. A fixed-shape request (no ``-n``, no ``--gpus``) gets exactly what
+    ``place_request`` returns: the first ``nodes_min`` nodes in key order that fit. A
+    packing request (only with ``nodes_min <= 1``) gets the answer when one node holds it
+    all; None then means "no single node": the caller must try :func:`place_request`.
+
+    Lower bounds on free GPUs, CPUs and memory let the scan jump over whole groups of
+    keys with bisection, so a typical search costs O(groups · log nodes), not O(nodes).
+    """
+    pack_t = rq.tasks_mode == "pack"
+    need = rq.ntasks if pack_t else (1 if rq.tasks_mode == "one" else rq.tpn)
+    need_g = rq.gpus if rq.gpu_mode == "total" else 0
+    gm = rq.gpu_mode
+    g_min = rq.gpus * need if gm == "task" else rq.gpus if gm else 0
+    c_min = need * rq.cpt
+    mm = rq.mem_mode
+    m_min = (rq.mem if mm == "node" else rq.mem * c_min if mm == "cpu"
+             else rq.mem * g_min if mm == "gpu" else 0)
+    exc, gtype = job.exc_nodes, rq.gpu_type
+    fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
+    want = rq.lo if fixed else 1
+    if rq.hi is not None and want > rq.hi:
+        return None
+    found: list[tuple[tuple, NodeView, int, int]] = []
+    i, end = 0, len(keys)
+    while i < end:
+        w, g, c, m, idx = keys[i]
+        if g < g_min:
+            i = bisect_left(keys, (w, g_min, c_min, m_min), i)
+            continue
+        if c < c_min:
+            i = bisect_left(keys, (w, g, c_min, m_min), i)
+            continue
+        if m < m_min:
+            i = bisect_left(keys, (w, g, c, m_min), i)
+            continue
+        i += 1
+        n = lookup(idx)
+        if (not n.usable or n.name in skip or n.name in exc
+                or (gtype is not None and n.gpu_type != gtype)):
+            continue
+        cap = _capacity(rq, n)
+        if cap is None or (pack_t and cap[0] < need) or cap[1] < need_g:
+            continue
+        found.append((keys[i - 1], n, cap[0], cap[1]))
+        if len(found) == want:
+            return _build(job, rq, found)
+    return None
+
+
+def empty_view(n: NodeView) -> NodeView:
+    """``n`` with nothing allocated and usable (for "could it ever fit" questions)."""
+    return replace(n, cpus_free=n.cpus, mem_free=n.mem, gpus_free=tuple(range(n.gpus)), usable=True)
+
+
+def fits_ever(
+    job: JobView, nodes: Sequence[NodeView], cfg: SchedConfig, *, already_empty: bool = False
+) -> str | None:
+    """None if ``job`` fits on ``nodes`` when they are all empty and up; else why not.
+
+    Ignores time and partition limits; honours ``-w``/``-x``, node counts and shapes.
+    ``already_empty`` says the caller passes :func:`empty_view` nodes (saves the copies).
+    """
+    if job.req_nodes:
+        names = {n.name for n in nodes}
+        if not job.req_nodes <= names or job.req_nodes & job.exc_nodes:
+            return NEVER_REQ_NODES
+    exc = job.exc_nodes
+    if already_empty:
+        avail = [n for n in nodes if n.name not in exc] if exc else list(nodes)
+    else:
+        avail = [empty_view(n) for n in nodes if n.name not in exc]
+    if max(1, job.nodes_min, len(job.req_nodes)) > len(avail):
+        return NEVER_NODE_COUNT
+    if place(job, avail, cfg) is None:
+        return NEVER_BAD_CONFIG
+    return None

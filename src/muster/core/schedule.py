@@ -1,0 +1,341 @@
+"""One cycle of the main scheduler: Snapshot + SchedConfig → Plan (pure, deterministic).
+
+Pipeline:
+
+1. **Screen** every pending job: ``blocked`` jobs keep the shell's reason; each candidate
+   partition is checked statically (unknown → ``PartitionConfig``; ``DOWN`` →
+   ``PartitionDown``; ``INACTIVE`` → ``PartitionInactive``; ``time_limit > max_time`` →
+   ``PartitionTimeLimit``; ``nodes_min > max_nodes`` or ``nodes_max < min_nodes`` →
+   ``PartitionNodeLimit``). Each surviving (job, partition) pair is a queue *entry*.
+2. **Order** entries by ``(-priority_tier, -priority, submit_time, job_id, position of the
+   partition in the job's list)`` - a total order, so the input order never matters.
+3. **Walk** the entries. A :class:`BlockPolicy` says whether the entry is skipped
+   (``Priority``) and which nodes are hidden from the rest of the pass. Otherwise the job is
+   placed (:mod:`muster.core.placement`) on the partition's usable, not hidden nodes;
+   each start consumes resources in the cycle's working copy, so later entries see it.
+   An array (``max_starts = k``) starts up to ``k`` identical tasks at its entry.
+4. **Classify** a failure: a ``-w`` node unusable or not in the partition →
+   ``ReqNodeNotAvail``; the job could never fit the partition even empty →
+   ``PartitionNodeLimit`` (too many nodes) or ``PartitionConfig`` (shape); it could fit only
+   if unusable nodes came back → ``ReqNodeNotAvail``; else ``Resources``, and the policy is
+   told (:class:`MainBlocking`: the partition is blocked and all its nodes are hidden; a
+   ``-w`` job hides only its nodes). Only ``Resources`` blocks.
+
+A job with several partitions has one entry per partition and starts at the first entry
+(in queue order) where it fits. If it does not start, its reason is the best of its
+entries' reasons: ``Resources`` < ``Priority`` < ``ReqNodeNotAvail`` < static reasons,
+ties by the job's partition order. An array that started some tasks but not all gets both
+starts and a reason. Once ``max_jobs_to_start`` starts are made, the remaining entries get
+``Priority`` without placement (each array task counts as one start).
+
+Cost: sorting the entries, then per entry O(1) when skipped; a placement uses a sorted
+node-key index per partition (:func:`~muster.core.placement.first_fit`, bisection over
+groups of equal free GPUs/CPUs/memory) for jobs without ``-w`` whose shape is fixed or
+fits one node, else one O(nodes) pass (:func:`~muster.core.placement.place_request`);
+a start updates the index in O(log nodes + memmove). Never O(nodes²) per job.
+
+Measured (CPython 3.11, one core of the dev container, one cycle, 10,000 pending jobs;
+script: ``bench_cycle`` in tests/unit/test_core_schedule.py and variants):
+
+* 1,000 × 64-CPU nodes, all busy:                       ~32-38 ms
+* 4,096 nodes, all busy:                                ~62-67 ms
+* 1,000 empty nodes, 10,000 one-CPU jobs all start:     ~0.28-0.30 s
+* 1,000 empty nodes, 10,000 exclusive jobs (1,000 start): ~55 ms
+* 4,096 empty 8-GPU nodes, 10,000 one-GPU jobs start:   ~0.33 s
+* 4,096 empty 8-GPU nodes, 10,000 4-node jobs (1,024 start): ~0.17 s
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Set
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from .placement import (
+    NEVER_NODE_COUNT,
+    NEVER_REQ_NODES,
+    Allocation,
+    Request,
+    empty_view,
+    first_fit,
+    fits_ever,
+    node_key,
+    place_request,
+    request_of,
+)
+from .snapshot import JobView, NodeView, PartitionView, SchedConfig, Snapshot
+
+__all__ = ["BlockPolicy", "MainBlocking", "Plan", "Start", "schedule"]
+
+R_PRIORITY = "Priority"
+R_RESOURCES = "Resources"
+R_REQ_NODE = "ReqNodeNotAvail"
+R_PART_DOWN = "PartitionDown"
+R_PART_INACTIVE = "PartitionInactive"
+R_PART_TIME = "PartitionTimeLimit"
+R_PART_NODES = "PartitionNodeLimit"
+R_PART_CONFIG = "PartitionConfig"
+
+_RANK = {R_RESOURCES: 0, R_PRIORITY: 1, R_REQ_NODE: 2}
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: int
+    partition: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Starts in the order they were decided, and a reason for every job left pending."""
+
+    starts: tuple[Start, ...]
+    reasons: dict[int, str]
+
+
+class BlockPolicy(Protocol):
+    """When a higher-priority job waits, what may lower-priority jobs still use?
+
+    Runs during one pass; a fresh instance per cycle. Backfill replaces it with a
+    reservation-aware policy.
+    """
+
+    def skip(self, job: JobView, partition: str) -> bool:
+        """True: the entry gets ``Priority`` without trying placement."""
+
+    def hidden(self) -> Set[str]:
+        """Node names no later entry of this pass may use."""
+
+    def on_busy(self, job: JobView, partition: PartitionView) -> None:
+        """The entry failed with ``Resources``."""
+
+
+class MainBlocking:
+    """Slurm's main scheduler: the first ``Resources`` job blocks its partition's nodes."""
+
+    __slots__ = ("_parts", "_nodes")
+
+    def __init__(self) -> None:
+        self._parts: set[str] = set()
+        self._nodes: set[str] = set()
+
+    def skip(self, job: JobView, partition: str) -> bool:
+        return partition in self._parts
+
+    def hidden(self) -> Set[str]:
+        return self._nodes
+
+    def on_busy(self, job: JobView, partition: PartitionView) -> None:
+        if job.req_nodes:
+            self._nodes |= job.req_nodes
+        else:
+            self._parts.add(partition.name)
+            self._nodes.update(partition.node_names)
+
+
+def _static_reason(job: JobView, part: PartitionView | None) -> str | None:
+    if part is None:
+        return R_PART_CONFIG
+    if part.state == "DOWN":
+        return R_PART_DOWN
+    if part.state == "INACTIVE":
+        return R_PART_INACTIVE
+    if job.time_limit is not None and part.max_time is not None and job.time_limit > part.max_time:
+        return R_PART_TIME
+    if part.max_nodes is not None and max(1, job.nodes_min) > part.max_nodes:
+        return R_PART_NODES
+    if job.nodes_max is not None and job.nodes_max < part.min_nodes:
+        return R_PART_NODES
+    return None
+
+
+class _Pool:
+    """The cycle's working copy of free resources; only changed nodes are replaced.
+
+    Per partition it keeps the :func:`node_key` of every usable node with a free CPU,
+    sorted, so one-node jobs are placed by :func:`first_fit` without scanning all nodes.
+    """
+
+    __slots__ = (
+        "free", "usable", "usable_set", "all_nodes", "keys", "member", "by_index", "_empty"
+    )
+
+    def __init__(self, snap: Snapshot, parts: dict[str, PartitionView]) -> None:
+        self.free: dict[str, NodeView] = {n.name: n for n in snap.nodes}
+        self.by_index: dict[int, str] = {n.index: n.name for n in snap.nodes}
+        self.keys: dict[str, list[tuple[int, int, int, int, int]]] = {}
+        self.member: dict[str, list[str]] = {}
+        self._empty: dict[str, tuple[list[NodeView], list[NodeView]]] = {}
+        self.usable: dict[str, tuple[str, ...]] = {}
+        self.all_nodes: dict[str, tuple[NodeView, ...]] = {}
+        for p in parts.values():
+            members = sorted(
+                (self.free[nm] for nm in set(p.node_names) if nm in self.free),
+                key=lambda n: n.index,
+            )
+            self.all_nodes[p.name] = tuple(members)
+            self.usable[p.name] = tuple(n.name for n in members if n.usable)
+            self.keys[p.name] = sorted(node_key(n) for n in members if n.usable and n.cpus_free)
+            for n in members:
+                if n.usable:
+                    self.member.setdefault(n.name, []).append(p.name)
+        self.usable_set = {k: frozenset(v) for k, v in self.usable.items()}
+
+    def candidates(self, part: str, hidden: Set[str]) -> list[NodeView]:
+        free = self.free
+        if hidden:
+            return [free[nm] for nm in self.usable[part] if nm not in hidden and free[nm].cpus_free]
+        return [n for nm in self.usable[part] if (n := free[nm]).cpus_free]
+
+    def consume(self, alloc: Allocation) -> None:
+        for a in alloc.nodes:
+            n = self.free[a.node]
+            taken = set(a.gpus)
+            new = self.free[a.node] = replace(
+                n,
+                cpus_free=n.cpus_free - a.cpus,
+                mem_free=n.mem_free - a.mem,
+                gpus_free=tuple(g for g in n.gpus_free if g not in taken) if taken else n.gpus_free,
+            )
+            old_key, new_key = node_key(n), node_key(new)
+            for p in self.member.get(a.node, ()):
+                keys = self.keys[p]
+                del keys[bisect_left(keys, old_key)]
+                if new.cpus_free:
+                    insort(keys, new_key)
+
+    def empty(self, part: str) -> tuple[list[NodeView], list[NodeView]]:
+        """Empty views of all the partition's nodes, and of its usable ones (lazy)."""
+        got = self._empty.get(part)
+        if got is None:
+            members = self.all_nodes[part]
+            every = [empty_view(n) for n in members]
+            got = self._empty[part] = (every, [e for e, n in zip(every, members) if n.usable])
+        return got
+
+    def lookup(self, index: int) -> NodeView:
+        return self.free[self.by_index[index]]
+
+    def place(self, job: JobView, rq: Request, part: str, hidden: Set[str]) -> Allocation | None:
+        fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
+        if not job.req_nodes and (fixed or rq.lo <= 1):
+            placed = first_fit(job, rq, self.keys[part], self.lookup, hidden)
+            if placed is not None or fixed:
+                return placed
+        return place_request(job, rq, self.candidates(part, hidden))
+
+
+def _shape(job: JobView) -> JobView:
+    """The job without identity/ordering fields: equal shapes fit the same nodes."""
+    return replace(
+        job, job_id=0, priority=0, submit_time=0, partitions=(), time_limit=None,
+        blocked=None, max_starts=1,
+    )
+
+
+def schedule(
+    snapshot: Snapshot,
+    cfg: SchedConfig,
+    *,
+    blocking: Callable[[], BlockPolicy] = MainBlocking,
+) -> Plan:
+    """Decide which pending jobs start now and why the others wait (see module doc)."""
+    parts = snapshot.partition_map()
+    reasons: dict[int, str] = {}
+    noted: dict[int, tuple[int, int, str]] = {}
+    entries: list[tuple[int, int, int, int, int, str, JobView]] = []
+
+    def note(jid: int, idx: int, why: str) -> None:
+        cand = (_RANK.get(why, 3), idx, why)
+        old = noted.get(jid)
+        if old is None or cand < old:
+            noted[jid] = cand
+
+    for job in snapshot.pending:
+        if job.blocked:
+            reasons[job.job_id] = job.blocked
+            continue
+        if not job.partitions:
+            note(job.job_id, 0, R_PART_CONFIG)
+        for idx, pname in enumerate(dict.fromkeys(job.partitions)):
+            part = parts.get(pname)
+            why = _static_reason(job, part)
+            if why is not None:
+                note(job.job_id, idx, why)
+            else:
+                entries.append(
+                    (-part.priority_tier, -job.priority, job.submit_time, job.job_id, idx, pname, job)
+                )
+    entries.sort(key=lambda e: e[:5])
+
+    pool = _Pool(snapshot, parts)
+    policy = blocking()
+    limit = cfg.max_jobs_to_start
+    starts: list[Start] = []
+    left: dict[int, int] = {}
+    requests: dict[int, Request] = {}
+    never: dict[tuple[str, JobView], str | None] = {}
+
+    def classify(job: JobView, pname: str) -> str:
+        key = (pname, _shape(job))
+        if key not in never:
+            every, usable = pool.empty(pname)
+            why = fits_ever(job, every, cfg, already_empty=True)
+            if why is None:
+                cap = parts[pname].max_nodes
+                if cap is not None and (job.nodes_max is None or job.nodes_max > cap):
+                    job = replace(job, nodes_max=cap)
+                    if fits_ever(job, every, cfg, already_empty=True) is not None:
+                        why = R_PART_NODES
+                if why is None and fits_ever(job, usable, cfg, already_empty=True) is not None:
+                    why = R_REQ_NODE
+            elif why == NEVER_NODE_COUNT:
+                why = R_PART_NODES
+            elif why == NEVER_REQ_NODES:
+                why = R_REQ_NODE
+            else:
+                why = R_PART_CONFIG
+            never[key] = why
+        return never[key] or R_RESOURCES
+
+    for _, _, _, jid, idx, pname, job in entries:
+        remaining = left.get(jid, max(1, job.max_starts))
+        if remaining == 0:
+            continue
+        if (limit and len(starts) >= limit) or policy.skip(job, pname):
+            note(jid, idx, R_PRIORITY)
+            continue
+        part = parts[pname]
+        if job.req_nodes and not job.req_nodes <= pool.usable_set[pname]:
+            note(jid, idx, R_REQ_NODE)
+            continue
+        rq = requests.get(jid)
+        if rq is None:
+            rq = requests[jid] = request_of(job, cfg)
+        if part.max_nodes is not None and (rq.hi is None or rq.hi > part.max_nodes):
+            rq = replace(rq, hi=part.max_nodes)
+        placed = None
+        while remaining and not (limit and len(starts) >= limit):
+            placed = pool.place(job, rq, pname, policy.hidden())
+            if placed is None:
+                break
+            starts.append(Start(job_id=jid, partition=pname, allocation=placed))
+            pool.consume(placed)
+            remaining -= 1
+        left[jid] = remaining
+        if remaining == 0:
+            continue
+        if placed is not None:  # stopped by max_jobs_to_start
+            note(jid, idx, R_PRIORITY)
+            continue
+        why = classify(job, pname)
+        note(jid, idx, why)
+        if why == R_RESOURCES:
+            policy.on_busy(job, part)
+
+    for jid, (_, _, why) in noted.items():
+        if left.get(jid, 1) > 0:
+            reasons[jid] = why
+    return Plan(starts=tuple(starts), reasons=reasons)

@@ -1,0 +1,213 @@
+"""SQLite store: the controller's durable state.
+
+Invariant: a change is committed before the controller acknowledges it. WAL mode with
+``synchronous=NORMAL`` makes every commit survive a crash of the process (SIGKILL) — the
+only thing it gives up is the last commits on a power loss of the host, which is the usual
+trade-off (Slurm's own state save is periodic and loses more). ``MUSTER_SYNC=FULL`` in the
+environment or ``SchedulerParameters=...`` could make it fsync every commit.
+
+The controller calls the store from its event-loop thread only; statements are short (well
+under a millisecond), and several changes of one scheduling pass go into one transaction
+(``with store.transaction():``).
+
+Schema (numbered migrations in ``MIGRATIONS``):
+  meta(key, value)                     next job id, schema version
+  jobs(job_id, state, uid, end_time, record)  one row per job (record = JSON of Job.to_store)
+  scripts(job_id, script, env)         batch script and environment, by the submitting job id
+  steps(job_id, step_id, record)       accounting rows of steps (batch, 0, 1, ...)
+  runs(job_id, run, record)            earlier runs of requeued jobs (sacct --duplicates)
+  nodes(name, record)                  admin state of nodes (drain reason, ...)
+  events(id, time, job_id, node, event, detail)  audit log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+
+import msgspec
+
+_enc = msgspec.json.Encoder()
+_dec = msgspec.json.Decoder()
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE jobs(job_id INTEGER PRIMARY KEY, state TEXT NOT NULL, uid INTEGER NOT NULL,
+                      end_time INTEGER, record BLOB NOT NULL);
+    CREATE INDEX jobs_state ON jobs(state);
+    CREATE TABLE scripts(job_id INTEGER PRIMARY KEY, script TEXT NOT NULL, env BLOB NOT NULL);
+    CREATE TABLE steps(job_id INTEGER NOT NULL, step_id TEXT NOT NULL, record BLOB NOT NULL,
+                       PRIMARY KEY(job_id, step_id));
+    CREATE TABLE runs(job_id INTEGER NOT NULL, run INTEGER NOT NULL, record BLOB NOT NULL,
+                      PRIMARY KEY(job_id, run));
+    CREATE TABLE nodes(name TEXT PRIMARY KEY, record BLOB NOT NULL);
+    CREATE TABLE events(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL,
+                        job_id INTEGER, node TEXT, event TEXT NOT NULL, detail TEXT);
+    CREATE INDEX events_job ON events(job_id);
+    """,
+)
+
+
+class SqliteStore:
+    def __init__(self, path: str):
+        self.path = path
+        new = not os.path.exists(path)
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        if new:
+            os.chmod(path, 0o600)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=" + os.environ.get("MUSTER_SYNC", "NORMAL"))
+        self._db.execute("PRAGMA foreign_keys=OFF")
+        self._depth = 0
+        self._migrate()
+
+    # ---- schema ------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        cur = self._db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'")
+        version = 0
+        if cur.fetchone():
+            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+            version = int(row[0]) if row else 0
+        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+            with self.transaction():
+                for stmt in filter(None, (s.strip() for s in sql.split(";"))):
+                    self._db.execute(stmt)
+                self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(i),))
+
+    # ---- transactions ------------------------------------------------------------------
+    @contextlib.contextmanager
+    def transaction(self):
+        """Group changes; nested uses join the outer transaction. Commits on exit."""
+        if self._depth == 0:
+            self._db.execute("BEGIN IMMEDIATE")
+        self._depth += 1
+        try:
+            yield self
+        except BaseException:
+            self._depth -= 1
+            if self._depth == 0:
+                self._db.execute("ROLLBACK")
+            raise
+        self._depth -= 1
+        if self._depth == 0:
+            self._db.execute("COMMIT")
+
+    def _write(self, sql: str, args: tuple) -> None:
+        if self._depth:
+            self._db.execute(sql, args)
+        else:
+            with self.transaction():
+                self._db.execute(sql, args)
+
+    # ---- meta --------------------------------------------------------------------------
+    def get_meta(self, key: str, default: str | None = None) -> str | None:
+        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else default
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
+
+    # ---- jobs --------------------------------------------------------------------------
+    def put_job(self, rec: dict) -> None:
+        self._write(
+            "INSERT OR REPLACE INTO jobs(job_id, state, uid, end_time, record) VALUES(?,?,?,?,?)",
+            (rec["job_id"], rec["state"], rec["uid"], rec.get("end_time"), _enc.encode(rec)),
+        )
+
+    def delete_job(self, job_id: int) -> None:
+        self._write("DELETE FROM jobs WHERE job_id=?", (job_id,))
+
+    def load_jobs(self, active_since: int | None = None) -> list[dict]:
+        """Jobs the controller keeps in memory: unfinished ones, and finished ones that ended
+        at or after ``active_since`` (MinJobAge)."""
+        rows = self._db.execute(
+            "SELECT record FROM jobs WHERE state IN ('PENDING','RUNNING') "
+            "OR end_time IS NULL OR end_time >= ?", (active_since or 0,))
+        return [_dec.decode(r[0]) for r in rows]
+
+    def get_job(self, job_id: int) -> dict | None:
+        row = self._db.execute("SELECT record FROM jobs WHERE job_id=?", (job_id,)).fetchone()
+        return _dec.decode(row[0]) if row else None
+
+    def query_jobs(self, job_ids: list[int] | None = None, uid: int | None = None,
+                   end_after: int | None = None, start_before: int | None = None) -> list[dict]:
+        sql = "SELECT record FROM jobs"
+        where, args = [], []
+        if job_ids:
+            where.append(f"job_id IN ({','.join('?' * len(job_ids))})")
+            args += job_ids
+        if uid is not None:
+            where.append("uid=?")
+            args.append(uid)
+        if end_after is not None:
+            where.append("(end_time IS NULL OR end_time >= ?)")
+            args.append(end_after)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY job_id"
+        return [_dec.decode(r[0]) for r in self._db.execute(sql, args)]
+
+    def max_job_id(self) -> int:
+        row = self._db.execute("SELECT MAX(job_id) FROM jobs").fetchone()
+        return row[0] or 0
+
+    # ---- scripts -----------------------------------------------------------------------
+    def put_script(self, job_id: int, script: str, env: dict) -> None:
+        self._write("INSERT OR REPLACE INTO scripts VALUES(?,?,?)", (job_id, script, _enc.encode(env)))
+
+    def get_script(self, job_id: int) -> tuple[str, dict] | None:
+        row = self._db.execute("SELECT script, env FROM scripts WHERE job_id=?", (job_id,)).fetchone()
+        return (row[0], _dec.decode(row[1])) if row else None
+
+    # ---- steps & runs ------------------------------------------------------------------
+    def put_step(self, job_id: int, step_id: str, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO steps VALUES(?,?,?)", (job_id, str(step_id), _enc.encode(rec)))
+
+    def steps_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i:i + 500]
+            rows = self._db.execute(
+                f"SELECT job_id, record FROM steps WHERE job_id IN ({','.join('?' * len(chunk))})",
+                chunk)
+            for jid, rec in rows:
+                out.setdefault(jid, []).append(_dec.decode(rec))
+        return out
+
+    def put_run(self, job_id: int, run: int, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO runs VALUES(?,?,?)", (job_id, run, _enc.encode(rec)))
+
+    def runs_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
+        out: dict[int, list[dict]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i:i + 500]
+            rows = self._db.execute(
+                f"SELECT job_id, record FROM runs WHERE job_id IN ({','.join('?' * len(chunk))}) "
+                "ORDER BY job_id, run", chunk)
+            for jid, rec in rows:
+                out.setdefault(jid, []).append(_dec.decode(rec))
+        return out
+
+    # ---- nodes & events ----------------------------------------------------------------
+    def put_node(self, name: str, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO nodes VALUES(?,?)", (name, _enc.encode(rec)))
+
+    def load_nodes(self) -> dict[str, dict]:
+        return {n: _dec.decode(r) for n, r in self._db.execute("SELECT name, record FROM nodes")}
+
+    def add_event(self, time: int, event: str, detail: str = "", job_id: int | None = None,
+                  node: str | None = None) -> None:
+        self._write("INSERT INTO events(time, job_id, node, event, detail) VALUES(?,?,?,?,?)",
+                    (time, job_id, node, event, detail))
+
+    def events_of(self, job_id: int, limit: int = 200) -> list[dict]:
+        rows = self._db.execute(
+            "SELECT time, event, detail FROM events WHERE job_id=? ORDER BY id DESC LIMIT ?",
+            (job_id, limit))
+        return [{"time": t, "event": e, "detail": d} for t, e, d in reversed(rows.fetchall())]
+
+    def close(self) -> None:
+        self._db.close()
