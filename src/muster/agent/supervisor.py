@@ -48,6 +48,9 @@ def run_supervisor(spool: str, launch: dict, node: str) -> None:
     """Entry point in the forked child. Never returns."""
     code = 0
     try:
+        # the agent's event loop registered a wake-up fd for signals; a signal delivered to us
+        # must not be written into the agent's loop (it would think *it* got the signal)
+        signal.set_wakeup_fd(-1)
         os.setsid()
         for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)

@@ -222,8 +222,21 @@ def _write_pids(state: str, record: dict) -> None:
     os.replace(tmp, os.path.join(state, PIDS))
 
 
+def _running_state_dir(args) -> str:
+    """--state-dir, else the state dir of the cluster the commands would talk to."""
+    if args.state_dir:
+        return os.path.abspath(args.state_dir)
+    from muster.cli.client import _scan_conf, config_path
+    conf = config_path()
+    if conf:
+        st = _scan_conf(conf, ("statesavelocation",)).get("statesavelocation")
+        if st and os.path.exists(os.path.join(st, PIDS)):
+            return st
+    return default_state_dir()
+
+
 def cmd_down(args) -> int:
-    state = os.path.abspath(args.state_dir or default_state_dir())
+    state = _running_state_dir(args)
     rec = _read_pids(state)
     if not rec:
         raise CliExit([f"muster: error: no cluster is running from {state}"], 1)
@@ -266,7 +279,7 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def cmd_status(args) -> int:
-    state = os.path.abspath(args.state_dir or default_state_dir())
+    state = _running_state_dir(args)
     rec = _read_pids(state) or {}
     conf = rec.get("config")
     info = _ping(conf) if conf else None

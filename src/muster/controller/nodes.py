@@ -107,7 +107,7 @@ class NodeRuntime:
         agres = {"gres/gpu": len(self.gpus_alloc)} if self.gpus_alloc else {}
         c = self.conf
         return {
-            "name": self.name, "addr": c.addr, "hostname": c.hostname, "port": c.port,
+            "name": self.name, "addr": c.addr, "hostname": c.hostname, "port": c.port or 6818,
             "state": self.base_state, "flags": self.flags, "cpus": self.cpus,
             "cpus_alloc": self.cpus_alloc, "sockets": c.sockets,
             "cores_per_socket": c.cores_per_socket, "threads_per_core": c.threads_per_core,

@@ -84,7 +84,9 @@ def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
         step_state = CANCELLED if (signal or exit_code) else step_state
     job.exit_code = exit_code
     job.exit_signal = signal
-    if job.state == TIMEOUT:
+    if job.state == TIMEOUT or (job.completing and job.state != RUNNING):
+        # killed on purpose (time limit, scancel, requeue, node failure): the job line shows
+        # 0:0 and the batch step keeps the signal (Slurm's accounting does the same)
         job.exit_code, job.exit_signal = 0, 0
     job.derived_exit_code = max(job.derived_exit_code, exit_code)
     if job.end_time is None or not job.completing:

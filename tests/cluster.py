@@ -1,0 +1,146 @@
+"""Test harness: a real local Muster cluster (real daemons, sockets, SQLite, processes).
+
+``Cluster`` starts one with ``muster up`` in a temporary state directory and runs the real
+CLI commands against it through subprocesses, with the virtualenv's bin directory first on
+PATH so Slurm's own commands in /usr/bin are never picked up by mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+
+BIN = os.path.dirname(os.path.abspath(sys.executable))
+TEST_USER = os.environ.get("MUSTER_TEST_USER", "mustertest")
+TEST_USER2 = os.environ.get("MUSTER_TEST_USER2", "mustertest2")
+
+
+def user_exists(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def wait_for(cond, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
+    """Poll ``cond`` until it returns a truthy value; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Result:
+    def __init__(self, cp: subprocess.CompletedProcess):
+        self.rc = cp.returncode
+        self.out = cp.stdout
+        self.err = cp.stderr
+
+    def __repr__(self) -> str:
+        return f"Result(rc={self.rc}, out={self.out!r}, err={self.err!r})"
+
+
+class Cluster:
+    def __init__(self, state_dir: str, nodes: int = 4, gpus: int = 8, cpus: int = 16,
+                 mem: int = 64000, partitions: str = "gpu,debug:1:00:00", extra_conf: str = ""):
+        self.state_dir = state_dir
+        self.nodes = nodes
+        self.args = ["--nodes", str(nodes), "--gpus-per-node", str(gpus), "--cpus-per-node",
+                     str(cpus), "--mem-per-node", str(mem), "--partitions", partitions]
+        self.extra_conf = extra_conf
+        self.conf = os.path.join(state_dir, "slurm.conf")
+        self.env = dict(os.environ)
+        self.env["PATH"] = BIN + os.pathsep + self.env.get("PATH", "/usr/bin:/bin")
+        self.env["MUSTER_CONF"] = self.conf
+        self.env.pop("SLURM_CONF", None)
+        for k in list(self.env):
+            if k.startswith(("SLURM_", "SBATCH_", "SQUEUE_", "SACCT_", "SINFO_", "SCANCEL_")):
+                del self.env[k]
+
+    # ---- lifecycle -------------------------------------------------------------------------
+    def up(self) -> "Cluster":
+        os.makedirs(self.state_dir, exist_ok=True)
+        os.chmod(self.state_dir, 0o755)
+        r = self.run(["muster", "up", "--state-dir", self.state_dir, *self.args])
+        assert r.rc == 0, r
+        if self.extra_conf:
+            self.down()
+            with open(self.conf, "a") as fh:
+                fh.write("\n" + self.extra_conf + "\n")
+            r = self.run(["muster", "up", "--state-dir", self.state_dir, "--config", self.conf])
+            assert r.rc == 0, r
+        return self
+
+    def down(self) -> None:
+        self.run(["muster", "down", "--state-dir", self.state_dir])
+
+    def pids(self) -> dict:
+        with open(os.path.join(self.state_dir, "muster.pids")) as fh:
+            return json.load(fh)
+
+    # ---- commands --------------------------------------------------------------------------
+    def run(self, argv: list[str], *, user: str | None = None, input: str | bytes | None = None,
+            cwd: str | None = None, env: dict | None = None, timeout: float = 60) -> Result:
+        e = dict(self.env)
+        if env:
+            e.update(env)
+        kw = {}
+        if user is not None:
+            pw = pwd.getpwnam(user)
+            kw = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [],
+                  "umask": 0o022}
+            e.update({"HOME": pw.pw_dir, "USER": user, "LOGNAME": user})
+        cp = subprocess.run(argv, capture_output=True, text=isinstance(input, str) or input is None,
+                            input=input, cwd=cwd, env=e, timeout=timeout, **kw)
+        return Result(cp)
+
+    def sbatch(self, *args: str, user: str | None = None, cwd: str | None = None,
+               input: str | None = None, env: dict | None = None) -> int:
+        r = self.run(["sbatch", "--parsable", *args], user=user, cwd=cwd, input=input, env=env)
+        assert r.rc == 0, r
+        return int(r.out.strip().split(";")[0])
+
+    def job(self, job_id: int) -> dict:
+        """The job's accounting record (works for finished jobs too)."""
+        r = self.run(["sacct", "-j", str(job_id), "-X", "-P", "-n", "-o",
+                      "JobIDRaw,State,ExitCode,NodeList,AllocCPUS"])
+        assert r.rc == 0, r
+        rows = [line.split("|") for line in r.out.splitlines() if line]
+        for jid, state, exitc, nodes, cpus in rows:
+            if jid == str(job_id):
+                return {"state": state.split()[0], "exit": exitc, "nodes": nodes, "cpus": cpus}
+        return {}
+
+    def state_of(self, job_id: int) -> str | None:
+        return self.job(job_id).get("state")
+
+    def wait_state(self, job_id: int, states, timeout: float = 30.0) -> str:
+        if isinstance(states, str):
+            states = (states,)
+        return wait_for(lambda: (s := self.state_of(job_id)) in states and s,
+                        timeout, what=f"job {job_id} in {states}")
+
+    def wait_done(self, job_id: int, timeout: float = 30.0) -> str:
+        return self.wait_state(job_id, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                        "NODE_FAIL", "OUT_OF_MEMORY"), timeout)
+
+
+def shared_tmp(base: str) -> str:
+    """A directory every test user can write (job output lands here)."""
+    os.makedirs(base, exist_ok=True)
+    os.chmod(base, 0o1777)
+    return base
+
+
+def cleanup(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,38 @@
+import os
+import sys
+import tempfile
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from cluster import TEST_USER, Cluster, cleanup, shared_tmp, user_exists  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """One 4-node, 32-GPU cluster shared by the e2e tests (each test uses its own jobs)."""
+    base = tempfile.mkdtemp(prefix="muster-e2e-", dir="/tmp")
+    os.chmod(base, 0o755)
+    c = Cluster(os.path.join(base, "state")).up()
+    c.workdir = shared_tmp(os.path.join(base, "work"))
+    yield c
+    c.down()
+    cleanup(base)
+
+
+@pytest.fixture
+def workdir(cluster, request):
+    d = os.path.join(cluster.workdir, request.node.name.replace("/", "_")[:60])
+    os.makedirs(d, exist_ok=True)
+    os.chmod(d, 0o1777)
+    return d
+
+
+@pytest.fixture
+def test_user():
+    if os.getuid() != 0:
+        pytest.fail("these tests prove per-user identity and must run as root (as CI does)")
+    if not user_exists(TEST_USER):
+        pytest.fail(f"test user {TEST_USER} missing: run .ci/run (it creates it) or `useradd {TEST_USER}`")
+    return TEST_USER
