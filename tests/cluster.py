@@ -144,3 +144,39 @@ def shared_tmp(base: str) -> str:
 
 def cleanup(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+def controller_pid(c: "Cluster") -> int:
+    return c.pids()["controller"]
+
+
+def restart_controller(c: "Cluster", kill_signal: int = 9) -> int:
+    """SIGKILL (by default) the controller, start a new one on the same state; return its pid."""
+    import signal as _signal
+    rec = c.pids()
+    try:
+        os.kill(rec["controller"], kill_signal)
+    except ProcessLookupError:
+        pass
+    wait_for(lambda: not _alive(rec["controller"]), what="controller exit")
+    log = os.path.join(c.state_dir, "log", "musterctld.log")
+    with open(os.path.join(c.state_dir, "log", "musterctld.out"), "ab") as out:
+        p = subprocess.Popen([os.path.join(BIN, "musterctld"), "-f", c.conf, "-L", log],
+                             stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                             start_new_session=True)
+    rec["controller"] = p.pid
+    tmp = os.path.join(c.state_dir, "muster.pids.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(rec, fh)
+    os.replace(tmp, os.path.join(c.state_dir, "muster.pids"))
+    del _signal
+    wait_for(lambda: c.run(["scontrol", "ping"]).rc == 0, what="controller back")
+    return p.pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False

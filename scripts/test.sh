@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install Muster with its test dependencies into a virtualenv and run the whole test suite.
+#   scripts/test.sh [pytest args...]
+# VENV (default .venv) is created with the system python3 so that the non-root test users
+# can execute the commands it contains (a python under /root would not be reachable).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || PY=python3
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,tools]'
+# compile bytecode so CLI start-up is measured and felt as users will (PYTHONDONTWRITEBYTECODE
+# may be set in some environments)
+"$VENV/bin/python" -m compileall -q src >/dev/null || true
+if [ "$(id -u)" = 0 ]; then
+  # the identity tests submit as two unprivileged users
+  for u in mustertest mustertest2; do
+    id "$u" >/dev/null 2>&1 || useradd -m "$u"
+  done
+fi
+exec "$VENV/bin/python" -m pytest -q "$@"
