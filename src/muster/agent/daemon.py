@@ -24,6 +24,7 @@ import socket
 import time
 
 from muster import __version__
+from muster.agent.stepd import run_stepd
 from muster.agent.supervisor import run_supervisor
 from muster.common import auth
 from muster.controller.netio import BadFrame, frame, read_frame
@@ -46,6 +47,8 @@ class Agent:
         os.chmod(self.spool, 0o711)
         self.jobs: dict[tuple[int, int], dict] = {}   # (job_id, run) -> {"pid", "pidfd", "dir"}
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
+        self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
+        self.unacked_steps: dict[tuple[int, int, int], dict] = {}
         self.writer: asyncio.StreamWriter | None = None
         self.start_time = int(time.time())
         self._stop = asyncio.Event()
@@ -57,6 +60,9 @@ class Agent:
     def recover(self) -> None:
         """After a restart: find supervisors still running and statuses not yet reported."""
         for entry in os.listdir(self.spool):
+            if entry.startswith("step"):
+                self._recover_step(entry)
+                continue
             if not entry.startswith("job"):
                 continue
             try:
@@ -80,6 +86,32 @@ class Agent:
                 _write_json(os.path.join(d, "status.json"), self.unacked[(job_id, run)])
                 continue
             self._follow(job_id, run, pid, pidfd, child=False)
+
+    def _recover_step(self, entry: str) -> None:
+        try:
+            job_id, step_id, run = (int(x) for x in entry[4:].split("."))
+        except ValueError:
+            return
+        d = os.path.join(self.spool, entry)
+        key = (job_id, step_id, run)
+        status = _read_json(os.path.join(d, "status.json"))
+        if status is None:
+            try:
+                with open(os.path.join(d, "super.pid")) as fh:
+                    pid = int(fh.read())
+                pidfd = os.pidfd_open(pid)
+            except (OSError, ValueError):
+                launch = _read_json(os.path.join(d, "launch.json")) or {}
+                status = {"job_id": job_id, "step_id": step_id, "run": run, "node": self.name,
+                          "tasks": [{"task": t, "exit_code": 0, "signal": 9}
+                                    for t in launch.get("tasks", [])],
+                          "end_time": int(time.time()), "lost": True}
+                _write_json(os.path.join(d, "status.json"), status)
+            else:
+                self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": False}
+                asyncio.get_running_loop().add_reader(pidfd, self._stepd_exited, key)
+                return
+        self.unacked_steps[key] = status
 
     def _follow(self, job_id: int, run: int, pid: int, pidfd: int, child: bool) -> None:
         self.jobs[(job_id, run)] = {"pid": pid, "pidfd": pidfd, "child": child}
@@ -131,6 +163,14 @@ class Agent:
             key = (msg.get("job_id"), msg.get("run", 0))
             if self.unacked.pop(key, None) is not None:
                 shutil.rmtree(self._dir(*key), ignore_errors=True)
+        elif op == "launch_step":
+            self.launch_step(msg)
+        elif op == "signal_step":
+            self._poke_step((msg["job_id"], msg["step_id"], msg.get("run", 0)), msg["signal"])
+        elif op == "ack_step":
+            key = (msg.get("job_id"), msg.get("step_id"), msg.get("run", 0))
+            if self.unacked_steps.pop(key, None) is not None:
+                shutil.rmtree(self._step_dir(*key), ignore_errors=True)
         elif op == "kill_list":
             for jid in msg.get("jobs", []):
                 self._kill_unknown(jid)
@@ -167,6 +207,10 @@ class Agent:
                 pass
 
     def terminate(self, job_id: int, run: int, why: str) -> None:
+        for key in [k for k in self.steps if k[0] == job_id and k[2] == run]:
+            self.terminate_step(key, why)
+        if (job_id, run) not in self.jobs and any(k[0] == job_id for k in self.steps):
+            return  # an interactive allocation: its steps are all there is
         d = self._dir(job_id, run)
         if (job_id, run) not in self.jobs:
             if (job_id, run) in self.unacked:
@@ -193,10 +237,67 @@ class Agent:
         except (ProcessLookupError, PermissionError):
             pass
 
+    # ---- job steps -------------------------------------------------------------------------
+    def _step_dir(self, job_id: int, step_id: int, run: int) -> str:
+        return os.path.join(self.spool, f"step{job_id}.{step_id}.{run}")
+
+    def launch_step(self, L: dict) -> None:
+        key = (L["job_id"], L["step_id"], L.get("run", 0))
+        d = self._step_dir(*key)
+        if key in self.steps or key in self.unacked_steps or os.path.exists(d):
+            return
+        os.makedirs(d, mode=0o711)
+        _write_json(os.path.join(d, "launch.json"), {k: v for k, v in L.items() if k != "env"})
+        pid = os.fork()
+        if pid == 0:
+            run_stepd(d, L, self.name)  # never returns
+        pidfd = os.pidfd_open(pid)
+        self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": True}
+        asyncio.get_running_loop().add_reader(pidfd, self._stepd_exited, key)
+
+    def _stepd_exited(self, key) -> None:
+        info = self.steps.pop(key, None)
+        if info is None:
+            return
+        asyncio.get_running_loop().remove_reader(info["pidfd"])
+        os.close(info["pidfd"])
+        if info["child"]:
+            try:
+                os.waitpid(info["pid"], 0)
+            except ChildProcessError:
+                pass
+        d = self._step_dir(*key)
+        status = _read_json(os.path.join(d, "status.json"))
+        if status is None:
+            launch = _read_json(os.path.join(d, "launch.json")) or {}
+            status = {"job_id": key[0], "step_id": key[1], "run": key[2], "node": self.name,
+                      "tasks": [{"task": t, "exit_code": 1, "signal": 0} for t in launch.get("tasks", [])],
+                      "end_time": int(time.time()), "launch_failed": True}
+            _write_json(os.path.join(d, "status.json"), status)
+        self.unacked_steps[key] = status
+        self._send({"op": "step_ended", **status})
+
+    def terminate_step(self, key, why: str) -> None:
+        if key not in self.steps:
+            return
+        with open(os.path.join(self._step_dir(*key), "terminate"), "w") as fh:
+            fh.write(why)
+        self._poke_step(key, signal.SIGTERM)
+
+    def _poke_step(self, key, sig: int) -> None:
+        info = self.steps.get(key)
+        if info:
+            try:
+                os.kill(info["pid"], sig)
+            except ProcessLookupError:
+                pass
+
     def _kill_unknown(self, job_id: int) -> None:
         for (jid, run) in list(self.jobs):
             if jid == job_id:
                 self.terminate(jid, run, "cancel")
+        for key in [k for k in self.steps if k[0] == job_id]:
+            self.terminate_step(key, "cancel")
 
     # ---- connection -----------------------------------------------------------------------
     def _send(self, msg: dict) -> None:
@@ -238,8 +339,10 @@ class Agent:
             "op": "agent_register", "cred": auth.mint(self.key, os.getuid(), os.getgid(),
                                                       socket.gethostname()),
             "node": self.name, "cpus": self.node.cpus, "mem": self.node.real_memory,
-            "running": sorted({jid for jid, _ in self.jobs}),
-            "finished": list(self.unacked.values()), "version": __version__,
+            "running": sorted({jid for jid, _ in self.jobs} | {k[0] for k in self.steps}),
+            "finished": list(self.unacked.values()),
+            "steps_running": [list(k) for k in self.steps],
+            "steps_finished": list(self.unacked_steps.values()), "version": __version__,
             "arch": platform.machine(), "os": f"{platform.system()} {platform.release()}",
             "boot_time": _boot_time(), "agent_start": self.start_time,
         }
@@ -283,6 +386,8 @@ class Agent:
             # re-send unacknowledged ends (the first copy may have crossed a reconnect)
             for status in list(self.unacked.values()):
                 self._send({"op": "job_ended", **status})
+            for status in list(self.unacked_steps.values()):
+                self._send({"op": "step_ended", **status})
 
 
 def _is_local_addr(addr: str | None) -> bool:

@@ -12,9 +12,27 @@ import socket
 import sys
 
 from muster.common import wire
-from muster.common.errors import MusterError, TransportError, from_wire
+from muster.common.errors import MusterError, RequestError, TransportError, from_wire
 
-TIMEOUT = float(os.environ.get("MUSTER_TIMEOUT", "60"))
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        v = float(os.environ.get(name, default))
+    except ValueError:
+        return default
+    return v if v > 0 and v == v and v != float("inf") else default
+
+
+TIMEOUT = _env_number("MUSTER_TIMEOUT", 60.0)
+
+
+def exit_error() -> int:
+    """The exit code for errors: SLURM_EXIT_ERROR when it is a valid code, else 1."""
+    try:
+        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+    except ValueError:
+        return 1
+    return code if 0 <= code <= 255 else 1
 
 
 def config_path() -> str | None:
@@ -53,25 +71,49 @@ def socket_path() -> str:
     return os.path.join(base, "musterctld.sock")
 
 
+def _connect(path: str) -> socket.socket:
+    """Connect to the Unix socket; a full listen queue (EAGAIN: a burst of clients) is
+    retried with back-off until TIMEOUT, anything else is a connect failure."""
+    import errno
+    import time
+    deadline = time.monotonic() + TIMEOUT
+    delay = 0.005
+    while True:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(TIMEOUT)
+        try:
+            s.connect(path)
+            return s
+        except OSError as exc:
+            s.close()
+            if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK) or time.monotonic() > deadline:
+                raise TransportError() from None
+        time.sleep(delay)
+        delay = min(delay * 2, 0.2)
+
+
 def call(msg: dict) -> dict:
     """Send one request; return the reply or raise the MusterError it describes."""
+    try:
+        data = wire.encode(msg)
+    except wire.FrameError:
+        raise RequestError(None, "too_large") from None
+    except (TypeError, ValueError) as exc:
+        raise RequestError(f"Invalid request: {exc}", "invalid_request") from None
     path = socket_path()
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(TIMEOUT)
+    s = _connect(path)
     try:
-        s.connect(path)
-    except OSError:
-        s.close()
-        raise TransportError() from None
-    try:
-        wire.send_frame(s, msg)
+        s.sendall(data)
         reply = wire.recv_frame(s)
     except (OSError, wire.FrameError) as exc:
         raise TransportError(f"Unable to contact slurm controller ({exc})") from None
     finally:
         s.close()
     if not reply.get("ok"):
-        raise from_wire(reply)
+        err = from_wire(reply)
+        if isinstance(reply.get("detail"), str):
+            err.detail = reply["detail"]
+        raise err
     return reply
 
 
@@ -92,10 +134,10 @@ def run_main(prog: str, fn) -> None:
         code = exc.code
     except TransportError as exc:
         sys.stderr.write(f"{prog}: error: {exc.message}\n")
-        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+        code = exit_error()
     except MusterError as exc:
         sys.stderr.write(f"{prog}: error: {exc.message}\n")
-        code = int(os.environ.get("SLURM_EXIT_ERROR", "1"))
+        code = exit_error()
     except BrokenPipeError:
         try:
             sys.stdout = None
@@ -104,6 +146,12 @@ def run_main(prog: str, fn) -> None:
         os._exit(0)
     except KeyboardInterrupt:
         code = 130
+    except Exception as exc:  # a bug: still a one-line error, never a traceback
+        if os.environ.get("MUSTER_DEBUG"):
+            raise
+        sys.stderr.write(f"{prog}: error: Unexpected error ({type(exc).__name__}: {exc}); "
+                         f"set MUSTER_DEBUG=1 for details\n")
+        code = exit_error()
     try:
         sys.stdout.flush()
     except BrokenPipeError:

@@ -252,7 +252,8 @@ def render(jobs: list[dict], *, fields: list | str | None = None, parsable: bool
     ctx = {"now": now, "cluster": cluster}
     rows = []
     for j in jobs:
-        rows.append([g(j, None, ctx) for _, _, _, g in specs])
+        if not j.get("_steps_only"):  # sacct -j A.S: only the named steps
+            rows.append([g(j, None, ctx) for _, _, _, g in specs])
         if not allocations_only:
             for st in j.get("steps") or []:
                 rows.append([g(j, st, ctx) for _, _, _, g in specs])

@@ -29,6 +29,60 @@ _STATE_ALIASES = {"CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TI
                   "PR": "PREEMPTED", "RQ": "REQUEUED", "CG": "COMPLETING", "S": "SUSPENDED"}
 
 
+def _parse_selector(tok: str) -> tuple[int, int | None, str | None]:
+    """``-j`` item -> (job id, array task or None, step or None): ``12``, ``12_3``,
+    ``12.batch``, ``12_3.0``, ``12.extern``."""
+    head, dot, step = tok.partition(".")
+    base, us, task = head.partition("_")
+    if not base.isdigit() or (us and not task.isdigit()) or (dot and not step):
+        raise CliExit([f"sacct: fatal: Bad job/step specified: {tok}"], 1)
+    return int(base), (int(task) if us else None), (step if dot else None)
+
+
+def _pending_tasks(ts: str | None) -> set[int]:
+    out: set[int] = set()
+    for part in (ts or "").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit():
+            out.update(range(int(lo), int(hi or lo) + 1) if (hi or lo).isdigit() else ())
+    return out
+
+
+def _select(jobs: list[dict], selectors: list) -> list[dict]:
+    """Keep what ``-j`` names, as Slurm does: ``A`` is the job (or every task of array ``A``)
+    with all its steps; ``A_T`` one array task; ``A.S`` only step ``S`` of the job (no job
+    line; nothing at all when that step does not exist)."""
+    out = []
+    for j in jobs:
+        whole = False
+        steps: set[str] = set()
+        matched = False
+        for base, task, step in selectors:
+            if task is None:
+                hit = j["job_id"] == base or j.get("array_job_id") == base
+            else:
+                hit = j.get("array_job_id") == base and (
+                    j.get("array_task_id") == task or (
+                        j.get("array_task_id") is None
+                        and task in _pending_tasks(j.get("array_task_str"))))
+            if not hit:
+                continue
+            matched = True
+            if step is None:
+                whole = True
+            else:
+                steps.add(step)
+        if not matched:
+            continue
+        if whole:
+            out.append(j)
+            continue
+        keep = [st for st in j.get("steps") or [] if str(st.get("step_id")) in steps]
+        if keep:
+            out.append(dict(j, steps=keep, _steps_only=True))
+    return out
+
+
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
     env = os.environ
@@ -48,14 +102,14 @@ def _main() -> int:
     if operands:
         raise CliExit([f"sacct: error: Unknown arguments: {' '.join(operands)}"], 1)
     job_ids = []
+    selectors = []
     for spec in opts.get("jobs") or []:
         for tok in spec.split(","):
             if not tok:
                 continue
-            base = tok.split(".")[0].split("_")[0]
-            if not base.isdigit():
-                raise CliExit([f"sacct: fatal: Bad job/step specified: {tok}"], 1)
-            job_ids.append(int(base))
+            sel = _parse_selector(tok)
+            selectors.append(sel)
+            job_ids.append(sel[0])
     fmt = opts.get("format") or env.get("SACCT_FORMAT")
     if opts.get("brief"):
         fmt = ",".join(fmt_sacct.BRIEF_FIELDS) if hasattr(fmt_sacct, "BRIEF_FIELDS") else "JobID,State,ExitCode"
@@ -112,6 +166,8 @@ def _main() -> int:
     if opts.get("accounts"):
         accs = set(opts["accounts"].split(","))
         jobs = [j for j in jobs if j["account"] in accs]
+    if selectors:
+        jobs = _select(jobs, selectors)
     out = fmt_sacct.render(
         jobs, fields=fields, parsable=bool(opts.get("parsable")), parsable2=bool(opts.get("parsable2")),
         delimiter=opts.get("delimiter") or "|", noheader=bool(opts.get("noheader")),

@@ -40,12 +40,24 @@ def generate_key(path: str) -> None:
 
 
 def load_key(path: str) -> bytes:
-    """Read the secret; refuse one that group or others could read."""
-    st = os.stat(path)
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise CredentialError(f"{path}: key file must be mode 0600 (it is {oct(st.st_mode & 0o777)})")
-    with open(path) as fh:
-        key = fh.read().strip()
+    """Read the secret; refuse one that group or others could read or write."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise CredentialError(f"{path}: cannot open key file: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CredentialError(f"{path}: key file must be a regular file")
+        if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise CredentialError(
+                f"{path}: key file must be mode 0600 (it is {oct(st.st_mode & 0o777)})")
+        try:
+            key = os.read(fd, 4096).decode("ascii").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CredentialError(f"{path}: unreadable key file ({exc})") from None
+    finally:
+        os.close(fd)
     if len(key) < 32:
         raise CredentialError(f"{path}: key too short")
     return key.encode()
@@ -77,6 +89,7 @@ class Verifier:
         self._seen: dict[str, int] = {}
 
     def verify(self, cred: object, now: float | None = None) -> tuple[int, int]:
+        """(uid, gid) of a valid credential; CredentialError (never anything else) if not."""
         now = int(time.time() if now is None else now)
         if not isinstance(cred, dict):
             raise CredentialError("credential missing")
@@ -85,17 +98,29 @@ class Verifier:
             mac = cred["mac"]
         except KeyError:
             raise CredentialError("credential incomplete") from None
-        if not (isinstance(fields["uid"], int) and isinstance(fields["gid"], int)
-                and isinstance(fields["ts"], int) and isinstance(fields["nonce"], str)
-                and isinstance(mac, str)):
+        if not (_is_id(fields["uid"]) and _is_id(fields["gid"])
+                and isinstance(fields["ts"], int) and not isinstance(fields["ts"], bool)
+                and abs(fields["ts"]) < 2**63
+                and isinstance(fields["host"], str) and len(fields["host"]) <= 1024
+                and isinstance(fields["nonce"], str) and 16 <= len(fields["nonce"]) <= 128
+                and isinstance(mac, str) and len(mac) == 64 and mac.isascii()):
             raise CredentialError("credential malformed")
-        if not hmac.compare_digest(_mac(self._key, fields), mac):
+        try:
+            expected = _mac(self._key, fields)
+        except (TypeError, ValueError):  # e.g. a lone surrogate in host
+            raise CredentialError("credential malformed") from None
+        if not hmac.compare_digest(expected, mac):
             raise CredentialError("credential forged (bad MAC)")
         if abs(now - fields["ts"]) > self._ttl:
-            raise CredentialError("credential expired")
+            raise CredentialError("credential expired (timestamp outside the "
+                                  f"{self._ttl}-second window)")
         if len(self._seen) > 100_000:
-            self._seen = {n: t for n, t in self._seen.items() if now - t <= self._ttl}
+            self._seen = {n: t for n, t in self._seen.items() if abs(now - t) <= self._ttl}
         if fields["nonce"] in self._seen:
             raise CredentialError("credential replayed")
         self._seen[fields["nonce"]] = fields["ts"]
         return fields["uid"], fields["gid"]
+
+
+def _is_id(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32

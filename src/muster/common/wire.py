@@ -24,7 +24,10 @@ class FrameError(Exception):
 
 
 def encode(obj: dict) -> bytes:
-    body = json.dumps(obj, separators=(",", ":")).encode()
+    # ensure_ascii=False + "replace": a string holding undecodable bytes (os.environ and
+    # argv carry them as lone surrogates) becomes valid UTF-8 ("?" in their place) instead
+    # of a "\udcff" escape that every strict JSON decoder (msgspec) refuses.
+    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
     if len(body) > MAX_FRAME:
         raise FrameError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
     return HEADER.pack(len(body)) + body

@@ -171,7 +171,7 @@ def acct(ctl, msg, uid, gid):
         recs = [r for r in recs if r["submit_time"] <= end]
     steps = st.store.steps_of([r["job_id"] for r in recs])
     for r in recs:
-        r["steps"] = steps.get(r["job_id"], [])
+        r["steps"] = sorted(steps.get(r["job_id"], []), key=_step_order)
     if msg.get("duplicates"):
         runs = st.store.runs_of([r["job_id"] for r in recs])
         extra_rows = []
@@ -184,6 +184,15 @@ def acct(ctl, msg, uid, gid):
 
 
 _PUBLIC = set(PUBLIC_NAMES)
+
+
+def _step_order(step: dict):
+    sid = step.get("step_id")
+    if sid == "batch":
+        return (0, 0)
+    if sid == "extern":
+        return (1, 0)
+    return (2, int(sid)) if str(sid).isdigit() else (3, 0)
 
 
 # ---- job control ---------------------------------------------------------------------------
@@ -297,10 +306,9 @@ def _cancel_one(ctl, job: Job, uid: int) -> None:
     st = ctl.state
     if job.state == PENDING:
         lifecycle.cancel_pending(job, by_uid=uid, now=now())
-        if job.pending_tasks:
-            job.array_task_str = job.array_task_str  # whole pending array cancelled
         st.save(job)
         st.event(job, "cancelled", f"by uid {uid} while pending")
+        ctl.steps.notify(job)
     elif job.state == RUNNING:
         ctl.kill_running(job, final_state=CANCELLED, by_uid=uid, why="cancel")
         st.event(job, "cancelled", f"by uid {uid}")
@@ -527,4 +535,98 @@ def update_node(ctl, msg, uid, gid):
             ctl.state.store.put_node(name, node.admin_record())
             ctl.state.event(None, f"node_{state.lower()}", reason or "", node=name)
     ctl.request_schedule()
+    return {}
+
+
+# ---- interactive allocations and job steps (srun, salloc) ----------------------------------
+
+@op("allocate")
+def allocate(ctl, msg, uid, gid):
+    """Create an allocation without a batch script. The connection it arrives on is its lease."""
+    req = msg.get("job")
+    if not isinstance(req, dict):
+        raise RequestError("job description must be an object", "invalid_request")
+    st = ctl.state
+    if req.get("priority") is not None and not ctl.is_admin(uid):
+        raise AccessDenied()
+    job = build_job(req, None, {}, ident=identity(uid), cluster=ctl.cfg, now=now(),
+                    accounts=st.accounts, qos_names=st.qos_names, fits_ever=FitChecker(st),
+                    job_lookup=st.find, batch=False)
+    with st.store.transaction():
+        job.job_id = st.take_job_id()
+        job.script_id = job.job_id
+        expand_io_paths(job)
+        st.jobs[job.job_id] = job
+        st.save(job)
+        st.event(job, "submitted", f"allocation by uid {uid}")
+    conn = getattr(ctl, "current_conn", None)
+    if conn is not None and msg.get("lease", True):
+        jid = job.job_id
+
+        def lost_lease():
+            j = st.jobs.get(jid)
+            if j is not None and not j.terminal:
+                ctl.steps.release(j, j.uid, 0, 9) if j.state == RUNNING else _cancel_one(ctl, j, j.uid)
+                st.event(j, "lease_lost", "srun/salloc connection closed")
+        conn.on_close.append(lost_lease)
+    ctl.request_schedule()
+    return {"job_id": job.job_id}
+
+
+async def wait_alloc(ctl, msg, uid, gid):
+    jid = _int(msg.get("job_id"))
+    timeout = msg.get("timeout", 60)
+    if not isinstance(timeout, (int, float)) or not 0 <= timeout <= 3600:
+        raise RequestError("invalid timeout", "invalid_request")
+    job = await ctl.steps.wait_alloc(jid, timeout)
+    if job is None:
+        raise InvalidJobId()
+    rec = job.to_record()
+    return {"job": rec, "now": now()}
+
+
+OPS["wait_alloc"] = wait_alloc
+
+
+@op("release")
+def release_alloc(ctl, msg, uid, gid):
+    job = ctl.state.jobs.get(_int(msg.get("job_id")))
+    if job is None:
+        raise InvalidJobId()
+    code, sig = msg.get("exit_code", 0), msg.get("signal", 0)
+    if not isinstance(code, int) or not isinstance(sig, int):
+        raise RequestError("invalid exit status", "invalid_request")
+    ctl.steps.release(job, uid, max(0, min(code, 255)), max(0, min(sig, 64)))
+    return {}
+
+
+@op("step_create")
+def step_create(ctl, msg, uid, gid):
+    job = ctl.state.jobs.get(_int(msg.get("job_id")))
+    if job is None:
+        raise InvalidJobId()
+    req = msg.get("step")
+    if not isinstance(req, dict):
+        raise RequestError("step description must be an object", "invalid_request")
+    argv = req.get("argv")
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
+        raise RequestError("step needs a command", "invalid_request")
+    env = req.get("env") or {}
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise RequestError("environment must map names to strings", "invalid_request")
+    conn = getattr(ctl, "current_conn", None)
+    host = getattr(conn, "peer_host", None) or "127.0.0.1"
+    return ctl.steps.create(job, uid, req, host)
+
+
+@op("step_signal")
+def step_signal(ctl, msg, uid, gid):
+    job = ctl.state.jobs.get(_int(msg.get("job_id")))
+    if job is None:
+        raise InvalidJobId()
+    sig = msg.get("signal")
+    if isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65:
+        raise RequestError("Invalid signal", "invalid_request")
+    step_id = msg.get("step_id")
+    ctl.steps.signal(job, uid, None if step_id is None else _int(step_id), sig)
     return {}

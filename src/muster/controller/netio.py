@@ -1,4 +1,10 @@
-"""Asyncio framing for the daemons (same frames as muster.common.wire, msgspec-decoded)."""
+"""Asyncio framing for the daemons (same frames as muster.common.wire, msgspec-decoded).
+
+Nothing a peer sends can raise anything but :class:`BadFrame` (or return None at a clean end
+of stream): a length over the limit is refused before a byte of the body is read or
+allocated, and any decoding problem (malformed JSON, invalid UTF-8, numbers out of range,
+nesting deep enough to exhaust the decoder's recursion limit) becomes a BadFrame.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,13 @@ _dec = msgspec.json.Decoder()
 
 
 class BadFrame(Exception):
-    pass
+    """The peer sent something that is not a valid frame (``code``: wire error code)."""
+
+    code = "invalid_request"
+
+
+class FrameTooLarge(BadFrame):
+    code = "too_large"
 
 
 async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> dict | None:
@@ -26,7 +38,8 @@ async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> di
         return None
     (length,) = HEADER.unpack(head)
     if length > limit:
-        raise BadFrame(f"frame of {length} bytes exceeds the {limit}-byte limit")
+        raise FrameTooLarge(f"Request too large: frame of {length} bytes exceeds the "
+                            f"{limit}-byte limit")
     try:
         body = await reader.readexactly(length)
     except asyncio.IncompleteReadError:
@@ -35,6 +48,8 @@ async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> di
         obj = _dec.decode(body)
     except msgspec.DecodeError as exc:
         raise BadFrame(f"malformed frame: {exc}") from None
+    except (RecursionError, MemoryError, ValueError, TypeError) as exc:
+        raise BadFrame(f"malformed frame: {type(exc).__name__}") from None
     if not isinstance(obj, dict):
         raise BadFrame("frame is not a JSON object")
     return obj

@@ -37,6 +37,20 @@ log = logging.getLogger("musterctld")
 COALESCE_S = 0.002
 PERIODIC_S = 5.0
 IDLE_CLIENT_TIMEOUT = 30.0
+AUTH_TIMEOUT = 10.0  # a TCP peer must present its credential within this
+MAX_CONNECTIONS = 4096  # open client connections; more are refused as busy
+LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, not fail
+
+
+class ClientConn:
+    """Per-connection context handed to handlers: where the peer is, what to do on close."""
+
+    __slots__ = ("peer_host", "on_close")
+
+    def __init__(self, writer):
+        peer = writer.get_extra_info("peername")
+        self.peer_host = peer[0] if isinstance(peer, tuple) and peer else "127.0.0.1"
+        self.on_close: list = []
 
 
 class AgentLink:
@@ -58,6 +72,8 @@ class Controller:
         self.cfg = cfg
         self.state = ClusterState(cfg, store)
         self.sched_cfg = sched_config(cfg)
+        from muster.controller.steps import StepManager
+        self.steps = StepManager(self)
         self.agents: dict[str, AgentLink] = {}
         self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
         self.key = auth.load_key(cfg.key_path)
@@ -72,6 +88,8 @@ class Controller:
         self._stopping = asyncio.Event()
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
         self._servers: list[asyncio.base_events.Server] = []
+        self._conns = 0
+        self.current_conn = None
 
     # ---- authorization -----------------------------------------------------------------
     def is_admin(self, uid: int) -> bool:
@@ -85,11 +103,12 @@ class Controller:
         os.makedirs(os.path.dirname(sock_path), exist_ok=True)
         if os.path.exists(sock_path):
             os.unlink(sock_path)
-        unix = await asyncio.start_unix_server(self._on_unix, path=sock_path, limit=2**20)
+        unix = await asyncio.start_unix_server(self._on_unix, path=sock_path, limit=2**20,
+                                               backlog=LISTEN_BACKLOG)
         os.chmod(sock_path, 0o666)
         host = self.cfg.slurmctld_addr or "127.0.0.1"
         tcp = await asyncio.start_server(self._on_tcp, host=host, port=self.cfg.slurmctld_port,
-                                         reuse_address=True, limit=2**20)
+                                         reuse_address=True, limit=2**20, backlog=LISTEN_BACKLOG)
         self._servers = [unix, tcp]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -127,7 +146,10 @@ class Controller:
         plan = schedule(snap, self.sched_cfg)
         started = apply_plan(self.state, plan, t)
         for job in started:
-            self.launch(job)
+            if job.batch:
+                self.launch(job)
+            else:
+                self.steps.notify(job)
         self.stats["cycles"] += 1
         self.stats["starts"] += len(started)
         self.stats["last_cycle_ms"] = (time.perf_counter() - t0) * 1000
@@ -144,30 +166,73 @@ class Controller:
                 log.exception("periodic pass failed")
 
     # ---- client connections --------------------------------------------------------------
+    # Nothing a peer sends may raise out of these coroutines: every connection ends with a
+    # reply (when one can still be written) and a closed socket, and the daemon keeps going.
+
+    def _admit(self, writer) -> bool:
+        """Count a new connection; refuse it (busy) past MAX_CONNECTIONS."""
+        if self._conns >= MAX_CONNECTIONS:
+            log.warning("refusing connection: %d connections open", self._conns)
+            try:
+                writer.write(frame({"ok": False, "code": "busy",
+                                    "error": "Controller busy, try again"}))
+            except Exception:
+                pass
+            writer.close()
+            return False
+        self._conns += 1
+        return True
+
     async def _on_unix(self, reader, writer) -> None:
-        sock = writer.get_extra_info("socket")
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, gid = struct.unpack("3i", creds)
-        await self._client_loop(reader, writer, uid, gid, first=None)
+        if not self._admit(writer):
+            return
+        try:
+            sock = writer.get_extra_info("socket")
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            _pid, uid, gid = struct.unpack("3i", creds)
+            await self._client_loop(reader, writer, uid, gid, first=None)
+        except Exception:
+            log.exception("unix client connection failed")
+        finally:
+            self._conns -= 1
+            writer.close()
 
     async def _on_tcp(self, reader, writer) -> None:
+        if not self._admit(writer):
+            return
         try:
-            msg = await asyncio.wait_for(read_frame(reader), IDLE_CLIENT_TIMEOUT)
-        except (BadFrame, asyncio.TimeoutError, ConnectionError) as exc:
-            await self._refuse(writer, "invalid_request", f"bad frame: {exc}")
+            await self._tcp_session(reader, writer)
+        except Exception:
+            log.exception("TCP connection from %s failed", writer.get_extra_info("peername"))
+        finally:
+            self._conns -= 1
+            writer.close()
+
+    async def _tcp_session(self, reader, writer) -> None:
+        peer = writer.get_extra_info("peername")
+        try:
+            msg = await asyncio.wait_for(read_frame(reader), AUTH_TIMEOUT)
+        except BadFrame as exc:
+            await self._refuse(writer, exc.code, f"bad frame: {exc}")
+            return
+        except asyncio.TimeoutError:
+            await self._refuse(writer, "invalid_request", "no request received in time")
+            return
+        except (ConnectionError, OSError):
             return
         if msg is None:
-            writer.close()
             return
         try:
             uid, gid = self.verifier.verify(msg.get("cred"))
         except auth.CredentialError as exc:
-            log.warning("refused TCP peer %s: %s", writer.get_extra_info("peername"), exc)
+            log.warning("refused TCP peer %s: %s", peer, exc)
             await self._refuse(writer, "auth", f"Authentication failure: {exc}")
             return
         if msg.get("op") == "agent_register":
             if not self.is_admin(uid):
-                await self._refuse(writer, "access_denied", "agents must run as root or SlurmUser")
+                log.warning("refused agent registration from %s by uid %d", peer, uid)
+                await self._refuse(writer, "access_denied",
+                                   "Access/permission denied: agents must run as root or SlurmUser")
                 return
             await self._agent_loop(reader, writer, msg)
             return
@@ -176,41 +241,85 @@ class Controller:
     async def _refuse(self, writer, code: str, message: str) -> None:
         try:
             writer.write(frame({"ok": False, "code": code, "error": message}))
-            await writer.drain()
-        except ConnectionError:
+            await asyncio.wait_for(writer.drain(), 5)
+        except Exception:
             pass
         writer.close()
 
     async def _client_loop(self, reader, writer, uid: int, gid: int, first: dict | None) -> None:
+        """Answer requests until the peer closes, idles too long or sends a bad frame (which
+        gets an error reply, then the connection is closed). A connection that holds an
+        allocation lease (srun, salloc) never idles out; closing it gives the allocation back."""
+        conn = ClientConn(writer)
         try:
             msg = first
             while True:
                 if msg is None:
                     try:
-                        msg = await asyncio.wait_for(read_frame(reader), IDLE_CLIENT_TIMEOUT)
-                    except (BadFrame, asyncio.TimeoutError) as exc:
-                        writer.write(frame({"ok": False, "code": "invalid_request",
-                                            "error": f"bad frame: {exc}"}))
+                        msg = await asyncio.wait_for(
+                            read_frame(reader), None if conn.on_close else IDLE_CLIENT_TIMEOUT)
+                    except BadFrame as exc:
+                        await self._refuse(writer, exc.code, f"bad frame: {exc}")
+                        break
+                    except asyncio.TimeoutError:
                         break
                     if msg is None:
                         break
-                reply = self.dispatch(msg, uid, gid)
-                writer.write(frame(reply))
+                reply = self.dispatch(msg, uid, gid, conn)
+                if asyncio.iscoroutine(reply):
+                    reply = await reply
+                try:
+                    data = frame(reply)
+                except Exception:
+                    log.exception("reply to %r could not be encoded", msg.get("op"))
+                    data = frame({"ok": False, "code": "internal",
+                                  "error": "Unexpected controller error"})
+                writer.write(data)
                 await writer.drain()
                 msg = None
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
             writer.close()
+            for cb in conn.on_close:
+                try:
+                    cb()
+                except Exception:
+                    log.exception("connection close callback failed")
 
-    def dispatch(self, msg: dict, uid: int, gid: int) -> dict:
+    def dispatch(self, msg: dict, uid: int, gid: int, conn=None):
+        """The reply to one request (a dict), or a coroutine for the few ops that wait."""
         self.stats["rpcs"] += 1
         op = msg.get("op")
         handler = handlers.OPS.get(op) if isinstance(op, str) else None
         if handler is None:
-            return {"ok": False, "code": "invalid_request", "error": f"unknown operation {op!r}"}
+            shown = op if isinstance(op, str) and len(op) <= 64 else type(op).__name__
+            return {"ok": False, "code": "invalid_request",
+                    "error": f"Invalid request: unknown operation {shown!r}"}
+        if asyncio.iscoroutinefunction(handler):
+            return self._dispatch_async(handler, op, msg, uid, gid)
+        self.current_conn = conn
         try:
             reply = handler(self, msg, uid, gid)
+        except MusterError as exc:
+            out = exc.to_wire()
+            detail = getattr(exc, "detail", None)
+            if detail:
+                out["detail"] = detail
+            return out
+        except Exception:
+            log.exception("handler %s failed", op)
+            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
+        finally:
+            self.current_conn = None
+        if not isinstance(reply, dict):
+            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
+        reply.setdefault("ok", True)
+        return reply
+
+    async def _dispatch_async(self, handler, op, msg, uid, gid) -> dict:
+        try:
+            reply = await handler(self, msg, uid, gid)
         except MusterError as exc:
             return exc.to_wire()
         except Exception:
@@ -267,14 +376,22 @@ class Controller:
             for res in finished:
                 self.job_ended(node.name, res)
             kill = []
+            for rep in reg.get("steps_finished") or []:
+                self.steps.node_report(node.name, rep)
             for jid in running:
                 job = self.state.jobs.get(jid)
                 if job is None or not (job.state == RUNNING or job.completing) or \
-                        job.batch_host != node.name:
+                        node.name not in {a["node"] for a in job.alloc}:
                     kill.append(jid)
+            known_steps = {tuple(k[:2]) for k in reg.get("steps_running") or []}
+            for (jid, sid), step in list(self.steps.steps.items()):
+                if node.name in step.nodes and (jid, sid) not in known_steps \
+                        and node.name not in step.reports and step.start_time < t - 5:
+                    self.steps.node_report(node.name, {"job_id": jid, "step_id": sid,
+                                                       "tasks": [], "lost": True})
             relaunch = []
             for job in list(self.state.jobs.values()):
-                if job.batch_host != node.name or job.job_id in running:
+                if not job.batch or job.batch_host != node.name or job.job_id in running:
                     continue
                 if job.state == RUNNING and not job.launch_confirmed:
                     relaunch.append(job)
@@ -302,6 +419,10 @@ class Controller:
         elif op == "job_ended":
             self.job_ended(node.name, msg)
             link.send({"op": "ack", "job_id": msg.get("job_id"), "run": msg.get("run", 0)})
+        elif op == "step_ended":
+            self.steps.node_report(node.name, msg)
+            link.send({"op": "ack_step", "job_id": msg.get("job_id"),
+                       "step_id": msg.get("step_id"), "run": msg.get("run", 0)})
         else:
             log.warning("agent %s sent unknown op %r", node.name, op)
 
@@ -348,6 +469,16 @@ class Controller:
         job = self.state.jobs.get(res.get("job_id"))
         if job is None or job.batch_host != node_name or job.restarts != res.get("run", 0):
             return  # unknown, or a report of an older run we already closed
+        if not job.batch:
+            if job.completing and not any(s.job_id == job.job_id for s in self.steps.steps.values()):
+                self.steps.forget_job(job.job_id)
+                lifecycle.finish(job, exit_code=job.exit_code, signal=job.exit_signal,
+                                 timed_out=False, now=now())
+                self.state.release(job)
+                self.state.save(job)
+                self.steps.notify(job)
+                self.request_schedule()
+            return
         if not (job.state == RUNNING or job.completing):
             return  # duplicate report
         t = now()
@@ -357,6 +488,11 @@ class Controller:
                                 end_time=res.get("end_time"),
                                 launch_failed=bool(res.get("launch_failed")))
         self.state.release(job)
+        # steps still running when the batch script ends are killed (Slurm does the same)
+        for n in {a["node"] for a in job.alloc} - {node_name}:
+            if any(s.job_id == job.job_id for s in self.steps.steps.values()):
+                self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": res.get("run", 0),
+                                      "why": "cancel"})
         with self.state.store.transaction():
             self.state.store.put_step(job.job_id, "batch", step)
             if job.requeue_pending:
@@ -378,6 +514,7 @@ class Controller:
         lifecycle.begin_kill(job, final_state=final_state, by_uid=by_uid, now=now())
         self.state.mark_completing(job)
         self.state.save(job)
-        self.send_to_node(job.batch_host, {"op": "terminate", "job_id": job.job_id,
-                                           "run": job.restarts, "why": why})
+        for node in dict.fromkeys([job.batch_host] + [a["node"] for a in job.alloc]):
+            self.send_to_node(node, {"op": "terminate", "job_id": job.job_id,
+                                     "run": job.restarts, "why": why})
 

@@ -19,6 +19,9 @@ from muster.model.job import Job
 
 MAX_SCRIPT = 4 * 1024 * 1024
 MAX_ENV_BYTES = 1024 * 1024
+MAX_STR = 65536
+MAX_INT = 2**53
+MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
 NO_ARRAY_TASK = 4294967294
 
 _INT_FIELDS = ("time_limit", "time_min", "nodes_min", "nodes_max", "ntasks", "ntasks_per_node",
@@ -42,51 +45,68 @@ def check_types(req: object) -> dict:
         v = req.get(f)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
             raise _bad(f"{f} must be an integer")
-        if v is not None and abs(v) > 2**53:
-            raise _bad(f"{f} out of range")
+        if v is not None and abs(v) > MAX_INT:
+            if f in ("time_limit", "time_min"):
+                raise RequestError(None, "invalid_time_limit")
+            raise _bad(f"Invalid {f} value: out of range")
     for f in _STR_FIELDS:
         v = req.get(f)
-        if v is not None and (not isinstance(v, str) or len(v) > 65536 or "\0" in v):
+        if v is None:
+            continue
+        if not isinstance(v, str):
             raise _bad(f"{f} must be a string")
+        if len(v) > MAX_STR:
+            raise _bad(f"{f} is too long (limit {MAX_STR} characters)")
+        if "\0" in v:
+            raise _bad(f"{f} contains a NUL byte")
     for f in _BOOL_FIELDS:
         v = req.get(f)
         if v is not None and not isinstance(v, bool):
             raise _bad(f"{f} must be true or false")
     argv = req.get("argv") or []
-    if not isinstance(argv, list) or not all(isinstance(a, str) and "\0" not in a for a in argv):
+    if not isinstance(argv, list) or len(argv) > 65536 or not all(
+            isinstance(a, str) and "\0" not in a for a in argv):
         raise _bad("argv must be a list of strings")
     gres = req.get("gres") or []
     if not isinstance(gres, list) or len(gres) > 16:
         raise _bad("gres must be a list")
     for g in gres:
         if not (isinstance(g, dict) and isinstance(g.get("name"), str)
-                and isinstance(g.get("count", 1), int) and (g.get("type") is None
-                                                            or isinstance(g.get("type"), str))):
+                and _int_ok(g.get("count", 1)) and (g.get("type") is None
+                                                    or isinstance(g.get("type"), str))):
             raise RequestError(None, "invalid_gres")
     for f in ("gpus", "gpus_per_task"):
         g = req.get(f)
-        if g is not None and not (isinstance(g, dict) and isinstance(g.get("count"), int)
+        if g is not None and not (isinstance(g, dict) and _int_ok(g.get("count"))
                                   and (g.get("type") is None or isinstance(g.get("type"), str))):
             raise RequestError(None, "invalid_gres")
     sig = req.get("signal")
-    if sig is not None and not (isinstance(sig, dict) and isinstance(sig.get("signal"), int)
-                                and isinstance(sig.get("secs", 60), int)):
+    if sig is not None and not (isinstance(sig, dict) and _int_ok(sig.get("signal"))
+                                and _int_ok(sig.get("secs", 60))):
         raise _bad("signal must be an object")
     return req
+
+
+def _int_ok(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_INT
 
 
 def check_script(script: object, env: object) -> None:
     if not isinstance(script, str):
         raise _bad("script must be a string")
     if len(script) > MAX_SCRIPT:
-        raise RequestError(f"Batch script is too large (limit {MAX_SCRIPT} bytes)", "too_large")
+        raise RequestError(f"Batch script is too large: the limit is {MAX_SCRIPT} bytes "
+                           f"({MAX_SCRIPT // (1024 * 1024)} MiB)", "too_large")
     if not script.strip():
         raise _bad("Batch script is empty!")
+    if "\0" in script:
+        raise _bad("The batch script contains NUL bytes; a batch script must be a text file")
     if not script.startswith("#!"):
         raise _bad("This does not look like a batch script.  The first line must start with #!")
-    if "\0" in script:
-        raise _bad("The job script contains NUL bytes")
-    if not isinstance(env, dict) or not all(
+    if "\r\n" in script:
+        raise _bad("Batch script contains DOS line breaks (\\r\\n) instead of UNIX line "
+                   "breaks (\\n)")
+    if not isinstance(env, dict) or len(env) > 65536 or not all(
             isinstance(k, str) and isinstance(v, str) and "\0" not in k + v and "=" not in k and k
             for k, v in env.items()):
         raise _bad("environment must map names to strings")
@@ -100,7 +120,7 @@ def parse_array(spec: str, max_size: int) -> tuple[list[int], int, dict]:
     spec, _, throttle_s = spec.partition("%")
     throttle = 0
     if throttle_s:
-        if not throttle_s.isdigit():
+        if not _digits(throttle_s) or len(throttle_s) > 9:
             raise bad
         throttle = int(throttle_s)
     indices: set[int] = set()
@@ -108,7 +128,9 @@ def parse_array(spec: str, max_size: int) -> tuple[list[int], int, dict]:
     for part in spec.split(","):
         rng, _, step_s = part.partition(":")
         lo_s, dash, hi_s = rng.partition("-")
-        if not lo_s.isdigit() or (dash and not hi_s.isdigit()) or (step_s and not step_s.isdigit()):
+        if not _digits(lo_s) or (dash and not _digits(hi_s)) or (step_s and not _digits(step_s)):
+            raise bad
+        if max(len(lo_s), len(hi_s), len(step_s)) > 9:
             raise bad
         lo = int(lo_s)
         hi = int(hi_s) if dash else lo
@@ -124,6 +146,10 @@ def parse_array(spec: str, max_size: int) -> tuple[list[int], int, dict]:
     ordered = sorted(indices)
     info = {"min": ordered[0], "max": ordered[-1], "step": step_seen or 1, "count": len(ordered)}
     return ordered, throttle, info
+
+
+def _digits(s: str) -> bool:
+    return s.isascii() and s.isdigit()
 
 
 def compress_indices(idx: list[int]) -> str:
@@ -157,12 +183,14 @@ def compress_indices(idx: list[int]) -> str:
 
 
 def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: int,
-              accounts: set[str], qos_names: set[str], fits_ever, job_lookup) -> Job:
+              accounts: set[str], qos_names: set[str], fits_ever, job_lookup,
+              batch: bool = True) -> Job:
     """Validate and build a pending Job (without id). ``ident``: uid, gid, user, group, groups.
     ``fits_ever(job, partition) -> str|None`` says whether the request can ever fit there.
     ``job_lookup(job_id) -> Job|dict|None`` resolves dependency targets."""
     check_types(req)
-    check_script(script, env)
+    if batch:
+        check_script(script, env)
     cfg = cluster
     # ---- partition ---------------------------------------------------------------------
     if req.get("partition"):
@@ -268,6 +296,8 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
         name = "wrap"
     elif req.get("script_name"):
         name = req["script_name"]
+    elif not batch and req.get("argv"):
+        name = posixpath.basename(req["argv"][0]) or "interactive"
     else:
         name = "sbatch"
     job = Job(
@@ -289,7 +319,7 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
         open_mode=req.get("open_mode"), requeue=cfg.job_requeue if req.get("requeue") is None
         else req["requeue"], argv=tuple(req.get("argv") or ()), umask=req.get("umask") or 0o022,
         submit_line=(req.get("submit_line") or "")[:4096], export=req.get("export"),
-        nice=req.get("nice") or 0, submit_dir=req.get("submit_dir") or work_dir,
+        nice=req.get("nice") or 0, batch=batch, submit_dir=req.get("submit_dir") or work_dir,
         cpus_per_task_set=req.get("cpus_per_task") is not None,
         ntasks_given=req.get("ntasks") is not None,
     )
@@ -318,11 +348,13 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     # ---- feasibility -------------------------------------------------------------------
     why = None
     for p in parts:
-        why = fits_ever(job, p)
+        why = _fits_some_day(job, p, fits_ever, cfg)
         if why is None:
             break
     if why is not None:
-        raise RequestError(None, "bad_node_config")
+        exc = RequestError(None, "bad_node_config")
+        exc.detail = _unsatisfiable_detail(job, parts, cfg)  # Slurm's extra client line
+        raise exc
     # ---- array -------------------------------------------------------------------------
     if req.get("array"):
         indices, throttle, info = parse_array(req["array"], cfg.max_array_size)
@@ -332,8 +364,16 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
         job.array_task_str = compress_indices(indices)
     # ---- dependency --------------------------------------------------------------------
     if req.get("dependency"):
-        terms, any_ = depmod.parse(req["dependency"])
-        for _, jid, _task, _m in terms:
+        try:
+            terms, any_ = depmod.parse(req["dependency"])
+        except RequestError:
+            raise
+        except (ValueError, TypeError, OverflowError):  # e.g. non-ASCII digits
+            raise RequestError(None, "dependency") from None
+        for _, jid, task, minutes in terms:
+            if (jid and not 0 < jid <= MAX_JOB_ID) or (task is not None and task > MAX_JOB_ID) \
+                    or minutes > MAX_INT:
+                raise RequestError(None, "dependency")
             if jid and job_lookup(jid) is None:
                 raise RequestError(None, "dependency")
         job.dep_terms = terms
@@ -352,6 +392,52 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
                        req.get("std_in") or "/dev/null")
     job.tres_req = request_tres(job)
     return job
+
+
+def _fits_some_day(job: Job, partition: str, fits_ever, cfg) -> str | None:
+    """None if the job could run in ``partition`` some day, else why not.
+
+    A request for more nodes than the partition has is accepted, as Slurm does with
+    EnforcePartLimits=NO (it stays pending with reason PartitionNodeLimit), provided the
+    shape of each node's share could fit: that is checked with the node count clamped to
+    the partition's size."""
+    why = fits_ever(job, partition)
+    if why != "node_count" or job.req_nodes:
+        return why
+    exc = set(_expand_nodes(job.exc_nodes))
+    avail = len([n for n in cfg.partitions[partition].nodes if n not in exc])
+    if avail < 1 or job.nodes_min <= avail or job.nodes_min > MAX_JOB_ID:
+        return why
+    tasks = job.num_tasks
+    if job.ntasks_given:
+        tasks = max(avail, tasks * avail // job.nodes_min)
+    probe = job.copy(nodes_min=avail, num_nodes=avail, nodes_max=None, num_tasks=tasks,
+                     num_cpus=max(tasks * job.cpus_per_task, avail))
+    return fits_ever(probe, partition)
+
+
+def _expand_nodes(expr: str | None) -> list[str]:
+    if not expr:
+        return []
+    from muster.common.hostlist import expand
+    return expand(expr)
+
+
+def _unsatisfiable_detail(job: Job, parts: list[str], cfg) -> str | None:
+    """Slurm's extra line for a request no node could ever hold (CPU or memory)."""
+    names = {n for p in parts for n in cfg.partitions[p].nodes}
+    nodes = [cfg.nodes[n] for n in names if n in cfg.nodes]
+    if not nodes:
+        return None
+    max_cpus = max(n.cpus for n in nodes)
+    max_mem = max(n.real_memory - (n.mem_spec_limit or 0) for n in nodes)
+    per_node_cpus = job.cpus_per_task * (job.ntasks_per_node or 1)
+    if per_node_cpus > max_cpus:
+        return "CPU count per node can not be satisfied"
+    if (job.mem_per_node and job.mem_per_node > max_mem) or \
+            (job.mem_per_cpu and job.mem_per_cpu * job.cpus_per_task > max_mem):
+        return "Memory specification can not be satisfied"
+    return None
 
 
 def request_tres(job: Job) -> str:

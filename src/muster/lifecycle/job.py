@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import signal as _signal
 
-from muster.model.job import (CANCELLED, COMPLETED, FAILED, NODE_FAIL, PENDING, RUNNING,
-                              TIMEOUT, Job)
+from muster.model.job import (CANCELLED, COMPLETED, FAILED, NODE_FAIL, PENDING, PREEMPTED,
+                              RUNNING, TIMEOUT, Job)
 
 
 def start(job: Job, *, partition: str, alloc: list[dict], node_list: str, tres_alloc: str,
@@ -84,7 +84,8 @@ def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
         step_state = CANCELLED if (signal or exit_code) else step_state
     job.exit_code = exit_code
     job.exit_signal = signal
-    if job.state == TIMEOUT or (job.completing and job.state != RUNNING):
+    if job.state in (TIMEOUT, CANCELLED, NODE_FAIL, PREEMPTED) and (
+            job.completing or job.state == TIMEOUT):
         # killed on purpose (time limit, scancel, requeue, node failure): the job line shows
         # 0:0 and the batch step keeps the signal (Slurm's accounting does the same)
         job.exit_code, job.exit_signal = 0, 0

@@ -62,7 +62,8 @@ INTERNAL_FIELDS: tuple[tuple[str, object], ...] = (
     ("mem_all", False),        # job takes all memory of each node
     ("export", None),
     ("submit_dir", None),
-    ("ntasks_given", False),     # -n given explicitly (else tasks follow the node count)
+    ("ntasks_given", False),
+    ("next_step_id", 0),     # -n given explicitly (else tasks follow the node count)
     ("requeue_pending", False),  # requeue when the running processes are confirmed gone
     ("requeue_hold", False),
     ("cpus_per_task_set", False),

@@ -1,0 +1,401 @@
+"""Step daemon: a forked copy of the agent that runs one job step's tasks on one node.
+
+Like the batch supervisor it outlives an agent restart. It starts the node's tasks (each as the
+job's user, in its own session, with its rank environment), connects to srun's I/O port,
+forwards each task's stdout/stderr as raw frames (muster.common.iostream), feeds stdin to the
+chosen task(s), relays signals srun sends, and reports every task's exit status — to srun over
+the stream, and to the agent through ``status.json`` in its spool directory.
+
+If srun's connection cannot be opened or is lost, the tasks are killed: nobody could see their
+output or collect their status (Slurm kills such steps too).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import time
+
+from muster.agent.supervisor import write_json_atomic
+from muster.common import iostream as io
+from muster.common.patterns import expand_pattern
+
+WHY_TEXT = {"cancel": "", "timeout": " DUE TO TIME LIMIT", "node_fail": " DUE TO NODE FAILURE",
+            "requeue": " DUE TO JOB REQUEUE", "preempt": " DUE TO PREEMPTION"}
+
+
+def run_stepd(spool: str, L: dict, node: str) -> None:
+    """Entry point in the forked child. Never returns."""
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)
+        os.setsid()
+        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+            signal.signal(s, signal.SIG_DFL)
+        _StepD(spool, L, node).run()
+    except BaseException:  # noqa: BLE001
+        code = 1
+        try:
+            import traceback
+            with open(os.path.join(spool, "supervisor.err"), "a") as fh:
+                traceback.print_exc(file=fh)
+        except OSError:
+            pass
+    os._exit(code)
+
+
+class _Task:
+    __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig")
+
+    def __init__(self, tid: int, local: int):
+        self.tid, self.local = tid, local
+        self.pid = self.pidfd = self.out = self.err = self.inp = None
+        self.status = None
+        self.sig = 0
+
+
+class _StepD:
+    def __init__(self, spool: str, L: dict, node: str):
+        self.spool, self.L, self.node = spool, L, node
+        self.sel = selectors.DefaultSelector()
+        self.tasks: list[_Task] = []
+        self.sock: socket.socket | None = None
+        self.outbuf = bytearray()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        self.term_requested = False
+        self.kill_at: float | None = None
+        self.why: str | None = None
+
+    def _on_term(self, signum, frame):
+        self.term_requested = True
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    # ---- set-up ---------------------------------------------------------------------------
+    def run(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_term)
+        with open(os.path.join(self.spool, "super.pid"), "w") as fh:
+            fh.write(str(os.getpid()))
+        self.start = time.time()
+        self._connect()
+        for local, tid in enumerate(self.L["tasks"]):
+            self._spawn(_Task(tid, local))
+        with open(os.path.join(self.spool, "job.pid"), "w") as fh:
+            fh.write(" ".join(str(t.pid) for t in self.tasks if t.pid))
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        self._loop()
+        status = {"job_id": self.L["job_id"], "step_id": self.L["step_id"], "run": self.L.get("run", 0),
+                  "node": self.node, "tasks": [{"task": t.tid, "exit_code": t.status or 0,
+                                                "signal": t.sig} for t in self.tasks],
+                  "start_time": int(self.start), "end_time": int(time.time()),
+                  "terminated": self.why}
+        write_json_atomic(os.path.join(self.spool, "status.json"), status)
+
+    def _connect(self) -> None:
+        io_ = self.L.get("io")
+        if not io_:
+            return
+        try:
+            s = socket.create_connection((io_["host"], io_["port"]), timeout=10)
+        except OSError:
+            self.sock = None
+            self.lost = True
+            return
+        s.setblocking(False)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock = s
+        hello = {"job": self.L["job_id"], "step": self.L["step_id"], "node": self.node,
+                 "key": io_["key"], "tasks": self.L["tasks"]}
+        self._send(io.pack(io.HELLO, 0, json.dumps(hello).encode()))
+        self.decoder = io.Decoder()
+        self.sel.register(s, selectors.EVENT_READ, ("srun", None))
+
+    def _spawn(self, t: _Task) -> None:
+        L = self.L
+        out_r = out_w = err_r = err_w = in_r = in_w = None
+        files = {}
+        for key in ("output", "error", "input"):
+            pat = L.get(key)
+            if pat:
+                files[key] = expand_pattern(pat, job_id=L["job_id"], array_job_id=L.get("array_job_id"),
+                                            array_task_id=L.get("array_task_id"), user=L["user"],
+                                            name=L.get("job_name", ""), node=self.node,
+                                            step=str(L["step_id"]), task=t.tid,
+                                            node_index=L.get("node_index", 0))
+        if "output" not in files:
+            out_r, out_w = os.pipe()
+        if "error" not in files and not L.get("error_to_output"):
+            err_r, err_w = os.pipe()
+        target = L.get("stdin_target", 0)
+        wants_stdin = "input" not in files and (target == "all" or target == t.tid)
+        if wants_stdin:
+            in_r, in_w = os.pipe()
+        env = task_env(L["env"], L, t.local, t.tid)
+        pid = os.fork()
+        if pid == 0:
+            _exec_task(L, env, files, out_w, err_w, in_r, self.sock)
+        for fd in (out_w, err_w, in_r):
+            if fd is not None:
+                os.close(fd)
+        t.pid = pid
+        t.pidfd = os.pidfd_open(pid)
+        self.sel.register(t.pidfd, selectors.EVENT_READ, ("exit", t))
+        if out_r is not None:
+            os.set_blocking(out_r, False)
+            t.out = out_r
+            self.sel.register(out_r, selectors.EVENT_READ, ("out", t))
+        if err_r is not None:
+            os.set_blocking(err_r, False)
+            t.err = err_r
+            self.sel.register(err_r, selectors.EVENT_READ, ("err", t))
+        t.inp = in_w
+        self.tasks.append(t)
+
+    # ---- main loop -----------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        if self.sock is None:
+            return
+        self.outbuf += data
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.outbuf and self.sock is not None:
+            try:
+                n = self.sock.send(self.outbuf)
+            except BlockingIOError:
+                try:
+                    self.sel.modify(self.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("srun", None))
+                except (KeyError, ValueError):
+                    pass
+                return
+            except OSError:
+                self._lost_srun()
+                return
+            del self.outbuf[:n]
+        if self.sock is not None:
+            try:
+                self.sel.modify(self.sock, selectors.EVENT_READ, ("srun", None))
+            except (KeyError, ValueError):
+                pass
+
+    def _lost_srun(self) -> None:
+        if self.sock is not None:
+            try:
+                self.sel.unregister(self.sock)
+            except (KeyError, ValueError):
+                pass
+            self.sock.close()
+            self.sock = None
+            self.outbuf.clear()
+        if any(t.status is None for t in self.tasks) and self.why is None:
+            self._begin_kill("cancel", quiet=True)
+
+    def _begin_kill(self, why: str, quiet: bool = False) -> None:
+        self.why = why
+        if not quiet and why != "srun":
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            msg = (f"slurmstepd: error: *** STEP {self.L['job_id']}.{self.L['step_id']} ON {self.node} "
+                   f"CANCELLED AT {stamp}{WHY_TEXT.get(why, '')} ***\n").encode()
+            self._send(io.pack(io.STDERR, self.L["tasks"][0], msg))
+        for t in self.tasks:
+            if t.status is None:
+                _killpg(t.pid, signal.SIGCONT)
+                _killpg(t.pid, signal.SIGTERM)
+        self.kill_at = time.time() + self.L.get("kill_wait", 30)
+
+    def _done(self) -> bool:
+        return all(t.status is not None and t.out is None and t.err is None for t in self.tasks)
+
+    def _loop(self) -> None:
+        lost_at_start = self.L.get("io") and self.sock is None
+        if lost_at_start:
+            self._begin_kill("srun", quiet=True)
+        while not self._done():
+            timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.time())
+            for key, mask in self.sel.select(timeout):
+                kind, t = key.data
+                if kind == "out" or kind == "err":
+                    self._pump(t, kind)
+                elif kind == "exit":
+                    self._reap(t)
+                elif kind == "srun":
+                    if mask & selectors.EVENT_WRITE:
+                        self._flush()
+                    if mask & selectors.EVENT_READ:
+                        self._from_srun()
+                elif kind == "wake":
+                    os.read(self.wake_r, 64)
+            if self.term_requested and self.why is None:
+                self.term_requested = False
+                self._begin_kill(self._read_reason())
+            if self.kill_at is not None and time.time() >= self.kill_at:
+                for t in self.tasks:
+                    if t.status is None:
+                        _killpg(t.pid, signal.SIGKILL)
+                self.kill_at = None
+        for t in self.tasks:
+            _killpg(t.pid, signal.SIGKILL)  # leftovers in the tasks' sessions
+        self._send(io.pack(io.DONE, 0, json.dumps({"node": self.node}).encode()))
+        if self.sock is not None:
+            self.sock.setblocking(True)
+            try:
+                self.sock.sendall(bytes(self.outbuf))
+                self.sock.shutdown(socket.SHUT_WR)
+                self.sock.settimeout(5)
+                while self.sock.recv(65536):
+                    pass
+            except OSError:
+                pass
+            self.sock.close()
+
+    def _read_reason(self) -> str:
+        try:
+            with open(os.path.join(self.spool, "terminate")) as fh:
+                return fh.read().strip() or "cancel"
+        except OSError:
+            return "cancel"
+
+    def _pump(self, t: _Task, kind: str) -> None:
+        fd = t.out if kind == "out" else t.err
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self._send(io.pack(io.STDOUT if kind == "out" else io.STDERR, t.tid, data))
+            return
+        self.sel.unregister(fd)
+        os.close(fd)
+        if kind == "out":
+            t.out = None
+        else:
+            t.err = None
+        self._maybe_exit_frame(t)
+
+    def _reap(self, t: _Task) -> None:
+        self.sel.unregister(t.pidfd)
+        os.close(t.pidfd)
+        _, ws = os.waitpid(t.pid, 0)
+        if os.WIFSIGNALED(ws):
+            t.status, t.sig = 0, os.WTERMSIG(ws)
+        else:
+            t.status = os.WEXITSTATUS(ws)
+        if t.inp is not None:
+            os.close(t.inp)
+            t.inp = None
+        self._maybe_exit_frame(t)
+
+    def _maybe_exit_frame(self, t: _Task) -> None:
+        if t.status is not None and t.out is None and t.err is None:
+            self._send(io.pack(io.EXIT, t.tid, json.dumps({"exit_code": t.status,
+                                                            "signal": t.sig}).encode()))
+
+    def _from_srun(self) -> None:
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost_srun()
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except ValueError:
+            self._lost_srun()
+            return
+        for kind, task, payload in frames:
+            if kind == io.STDIN or kind == io.STDIN_EOF:
+                for t in self.tasks:
+                    if t.inp is not None and (task == 0xFFFFFFFF or task == t.tid):
+                        if kind == io.STDIN_EOF:
+                            os.close(t.inp)
+                            t.inp = None
+                        else:
+                            try:
+                                os.write(t.inp, payload)
+                            except OSError:
+                                pass
+            elif kind == io.SIGNAL:
+                sig = json.loads(payload).get("signal", signal.SIGTERM)
+                if sig == signal.SIGKILL and self.why is None:
+                    self._begin_kill("cancel")
+                for t in self.tasks:
+                    if t.status is None:
+                        _killpg(t.pid, sig)
+
+
+def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
+    """Rank variables of one task (env.md §1 per-task table + the PyTorch names)."""
+    env = dict(common)
+    env["SLURM_PROCID"] = env["RANK"] = str(tid)
+    env["SLURM_LOCALID"] = env["LOCAL_RANK"] = str(local)
+    tg = L.get("task_gpus")
+    if tg:
+        gpus = ",".join(str(g) for g in tg[local])
+        for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                    "ZE_AFFINITY_MASK"):
+            env[var] = gpus
+    return env
+
+
+def _killpg(pid: int | None, sig: int) -> None:
+    if not pid:
+        return
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _exec_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, sock) -> None:
+    try:
+        os.setsid()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        if sock is not None:
+            sock.close()
+        if os.getuid() == 0 and L["uid"] != 0:
+            os.setgroups(L.get("groups") or [L["gid"]])
+            os.setgid(L["gid"])
+            os.setuid(L["uid"])
+        elif os.getuid() not in (0, L["uid"]):
+            raise PermissionError("agent cannot switch to the job's user")
+        os.umask(L.get("umask", 0o022))
+        try:
+            os.chdir(L["cwd"])
+        except OSError:
+            os.chdir("/tmp")
+        mode = os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC
+        if "output" in files:
+            out_w = os.open(files["output"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+        if "error" in files:
+            err_w = os.open(files["error"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+        elif err_w is None:
+            err_w = out_w
+        if "input" in files:
+            in_r = os.open(files["input"], os.O_RDONLY)
+        elif in_r is None:
+            in_r = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(in_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        env["SLURM_TASK_PID"] = str(os.getpid())
+        argv = L["argv"]
+        os.execvpe(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001
+        msg = f"slurmstepd: error: execve(): {L['argv'][0] if L.get('argv') else '?'}: {getattr(exc, 'strerror', None) or exc}\n"
+        try:
+            os.write(2, msg.encode())
+        except OSError:
+            pass
+        os._exit(2)

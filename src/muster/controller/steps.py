@@ -1,0 +1,362 @@
+"""Job steps and interactive allocations (srun, salloc) in the controller.
+
+* ``allocate``: an allocation without a batch script (srun standalone, salloc). The caller's
+  connection is the allocation's lease: when it closes without ``release`` the allocation is
+  given back (Slurm uses InactiveLimit for the same purpose; a lease needs no timer).
+* ``step_create``: lay a step out inside a running allocation (muster.core.steplayout), record
+  it, and send it to all its nodes at once — every agent link is written in the same loop
+  iteration, so a 256-node step costs one pass, not 256 round trips.
+* ``step_ended`` (from agents): one report per node; when every node has reported, the step's
+  accounting row (``N.S``) is final and its CPUs/GPUs return to the allocation.
+
+Ports: MASTER_PORT comes from a cluster-wide pool (``MpiParams=ports=A-B``, default
+20000-29999); every running step holds one, so two steps never race for a port even when
+emulated nodes share one host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+
+from muster.common.errors import AccessDenied, InvalidJobId, RequestError
+from muster.common.hostlist import compress_counts, expand
+from muster.core.steplayout import AllocNode, StepError, StepRequest, layout
+from muster.model.job import PENDING, RUNNING, TERMINAL
+
+
+class Step:
+    __slots__ = ("job_id", "step_id", "run", "name", "nodes", "layout", "reports", "start_time",
+                 "port", "overlap", "state", "ntasks", "uid")
+
+    def __init__(self, job_id, step_id, run, name, lay, port, overlap, uid):
+        self.job_id, self.step_id, self.run, self.name = job_id, step_id, run, name
+        self.layout = lay
+        self.nodes = [n.node for n in lay.nodes]
+        self.reports: dict[str, dict] = {}
+        self.start_time = int(time.time())
+        self.port = port
+        self.overlap = overlap
+        self.state = RUNNING
+        self.ntasks = lay.ntasks
+        self.uid = uid
+
+
+class StepManager:
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.steps: dict[tuple[int, int], Step] = {}
+        self.waiters: dict[int, list[asyncio.Future]] = {}
+        mpi = (getattr(ctl.cfg, "raw", {}) or {}).get("MpiParams", "")
+        lo, hi = 20000, 29999
+        if "ports=" in mpi:
+            try:
+                a, b = mpi.split("ports=", 1)[1].split(",")[0].split("-")
+                lo, hi = int(a), int(b)
+            except ValueError:
+                pass
+        self.port_range = (lo, hi)
+        self.ports_used: set[int] = set()
+        self._next_port = lo
+
+    # ---- allocations -----------------------------------------------------------------------
+    def notify(self, job) -> None:
+        """A job started or ended: wake the srun/salloc waiting for it."""
+        for fut in self.waiters.pop(job.job_id, []):
+            if not fut.done():
+                fut.set_result(job)
+
+    async def wait_alloc(self, job_id: int, timeout: float):
+        job = self.ctl.state.jobs.get(job_id)
+        if job is None:
+            raise InvalidJobId()
+        if job.state != PENDING:
+            return job
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(job_id, []).append(fut)
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            return self.ctl.state.jobs.get(job_id)
+
+    def release(self, job, uid: int, exit_code: int, signal: int) -> None:
+        """srun/salloc gives its allocation back; the job ends with the command's status."""
+        from muster.lifecycle import job as lifecycle
+        st = self.ctl.state
+        if job.uid != uid and not self.ctl.is_admin(uid):
+            raise AccessDenied()
+        if job.batch:
+            raise RequestError("not an interactive allocation", "invalid_request")
+        if job.state == PENDING:
+            lifecycle.cancel_pending(job, by_uid=uid, now=int(time.time()))
+            st.save(job)
+            self.notify(job)
+            return
+        if job.state != RUNNING:
+            return
+        live = [s for s in self.steps.values() if s.job_id == job.job_id]
+        with st.store.transaction():
+            if live:
+                # steps still report (their daemons are finishing): end when the last one has
+                self.ctl.kill_running(job, final_state="COMPLETED" if not (exit_code or signal)
+                                      else "FAILED", by_uid=None, why="cancel")
+                job.exit_code, job.exit_signal = exit_code, signal
+                job.reason = "NonZeroExitCode" if exit_code else ("RaisedSignal" if signal else "None")
+                st.save(job)
+            else:
+                lifecycle.finish(job, exit_code=exit_code, signal=signal, timed_out=False,
+                                 now=int(time.time()))
+                st.release(job)
+                st.save(job)
+            st.event(job, "released", f"exit {exit_code}:{signal}")
+        self.ctl.request_schedule()
+
+    # ---- steps -----------------------------------------------------------------------------
+    def create(self, job, uid: int, req: dict, io_host: str) -> dict:
+        st = self.ctl.state
+        if job.uid != uid and not self.ctl.is_admin(uid):
+            raise AccessDenied()
+        if job.state != RUNNING or job.completing:
+            if job.state in TERMINAL or job.completing:
+                raise RequestError(None, "already_done")
+            raise RequestError("Job is pending execution", "job_pending")
+        sreq = _step_request(req)
+        used_cpus: dict[str, int] = {}
+        used_gpus: dict[str, set] = {}
+        for s in self.steps.values():
+            if s.job_id != job.job_id or s.overlap:
+                continue
+            for ns in s.layout.nodes:
+                used_cpus[ns.node] = used_cpus.get(ns.node, 0) + ns.cpus
+                if ns.task_gpus is not None or req.get("gpus_explicit"):
+                    used_gpus.setdefault(ns.node, set()).update(ns.gpus)
+        alloc = [AllocNode(a["node"], a["cpus"], tuple(a["gpus"])) for a in job.alloc]
+        try:
+            lay = layout(alloc, used_cpus, {k: frozenset(v) for k, v in used_gpus.items()}, sreq)
+        except StepError as exc:
+            code = "busy" if exc.code == "busy" else "bad_node_config"
+            raise RequestError(exc.message, code) from None
+        step_id = job.next_step_id
+        job.next_step_id += 1
+        port = self._take_port()
+        argv = req.get("argv") or []
+        name = req.get("name") or (os.path.basename(argv[0]) if argv else "step")
+        step = Step(job.job_id, step_id, job.restarts, name, lay, port, sreq.overlap, uid)
+        self.steps[(job.job_id, step_id)] = step
+        key = secrets.token_hex(16)
+        nodes_expr = st.node_list_of(step.nodes)
+        with st.store.transaction():
+            st.save(job)
+            st.store.put_step(job.job_id, str(step_id), self._record(job, step))
+            st.event(job, "step_started", f"step {step_id} on {nodes_expr}")
+        first = st.nodes[step.nodes[0]]
+        io = {"host": io_host, "port": req.get("io_port"), "key": key} if req.get("io_port") else None
+        common = self.step_env(job, step, req, nodes_expr, first.conf.addr or "127.0.0.1")
+        for idx, ns in enumerate(lay.nodes):
+            node = st.nodes[ns.node]
+            env = dict(common)
+            env.update({
+                "SLURMD_NODENAME": ns.node, "SLURM_NODEID": str(idx), "NODE_RANK": str(idx),
+                "GROUP_RANK": str(idx), "SLURM_TOPOLOGY_ADDR": ns.node,
+                "SLURM_GTIDS": ",".join(map(str, ns.tasks)), "LOCAL_WORLD_SIZE": str(len(ns.tasks)),
+                "SLURM_CPUS_ON_NODE": str(ns.cpus), "HOSTNAME": ns.node,
+            })
+            job_gpus = next((a["gpus"] for a in job.alloc if a["node"] == ns.node), [])
+            if job_gpus:
+                env["SLURM_JOB_GPUS"] = ",".join(map(str, job_gpus))
+            if ns.gpus:
+                g = ",".join(map(str, ns.gpus))
+                env["SLURM_STEP_GPUS"] = g
+                env["SLURM_GPUS_ON_NODE"] = str(len(ns.gpus))
+                for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                            "ZE_AFFINITY_MASK"):
+                    env[var] = g
+            msg = {
+                "op": "launch_step", "job_id": job.job_id, "step_id": step_id, "run": job.restarts,
+                "uid": job.uid, "gid": job.gid, "groups": list(job.groups), "user": job.user,
+                "job_name": job.name, "cwd": req.get("cwd") or job.work_dir, "argv": argv,
+                "env": env, "tasks": list(ns.tasks),
+                "task_gpus": [list(t) for t in ns.task_gpus] if ns.task_gpus else None,
+                "io": io, "stdin_target": req.get("stdin_target", 0),
+                "output": req.get("output"), "error": req.get("error"), "input": req.get("input"),
+                "error_to_output": req.get("error") is None and req.get("output") is not None,
+                "open_mode": req.get("open_mode"), "umask": req.get("umask", job.umask),
+                "kill_wait": max(1, self.ctl.cfg.kill_wait), "node_index": idx,
+                "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+            }
+            self.ctl.send_to_node(node.name, msg)
+        return {"step_id": step_id, "key": key, "nodes": nodes_expr, "ntasks": lay.ntasks,
+                "layout": [{"node": ns.node, "tasks": list(ns.tasks)} for ns in lay.nodes],
+                "master_addr": first.conf.addr, "master_port": port}
+
+    def step_env(self, job, step, req: dict, nodes_expr: str, master_addr: str) -> dict:
+        base = dict(req.get("env") or {})
+        counts = compress_counts(step.layout.tasks_per_node)
+        cfg = self.ctl.cfg
+        s = {
+            "SLURM_JOB_ID": str(job.job_id), "SLURM_JOBID": str(job.job_id),
+            "SLURM_JOB_NAME": job.name, "SLURM_JOB_NODELIST": job.node_list or nodes_expr,
+            "SLURM_JOB_NUM_NODES": str(job.num_nodes),
+            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a["cpus"] for a in job.alloc]),
+            "SLURM_JOB_ACCOUNT": job.account, "SLURM_JOB_PARTITION": job.partition,
+            "SLURM_JOB_QOS": job.qos, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_USER": job.user,
+            "SLURM_JOB_GID": str(job.gid), "SLURM_CLUSTER_NAME": cfg.cluster_name,
+            "SLURM_CONF": cfg.path, "MUSTER_CONF": cfg.path,
+            "SLURM_STEP_ID": str(step.step_id), "SLURM_STEPID": str(step.step_id),
+            "SLURM_STEP_NODELIST": nodes_expr, "SLURM_NODELIST": nodes_expr,
+            "SLURM_NNODES": str(len(step.nodes)), "SLURM_STEP_NUM_NODES": str(len(step.nodes)),
+            "SLURM_STEP_NUM_TASKS": str(step.ntasks), "SLURM_NTASKS": str(step.ntasks),
+            "SLURM_NPROCS": str(step.ntasks), "SLURM_STEP_TASKS_PER_NODE": counts,
+            "SLURM_TASKS_PER_NODE": counts, "SLURM_DISTRIBUTION": req.get("distribution") or "block",
+            "SLURM_SUBMIT_DIR": job.submit_dir or job.work_dir, "SLURM_SUBMIT_HOST": job.submit_host,
+            "SLURM_UMASK": f"{req.get('umask', job.umask):04o}",
+            "SLURM_JOB_START_TIME": str(job.start_time or 0),
+            "SLURM_JOB_END_TIME": str(job.end_time or 0),
+            "SLURM_PRIO_PROCESS": "0", "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
+            "MASTER_ADDR": master_addr, "MASTER_PORT": str(step.port),
+            "WORLD_SIZE": str(step.ntasks),
+        }
+        if req.get("io_port"):
+            s["SLURM_SRUN_COMM_PORT"] = str(req["io_port"])
+        if req.get("label"):
+            s["SLURM_LABELIO"] = "1"
+        if req.get("cpus_per_task"):
+            s["SLURM_CPUS_PER_TASK"] = str(req["cpus_per_task"])
+        if req.get("ntasks_per_node"):
+            s["SLURM_NTASKS_PER_NODE"] = str(req["ntasks_per_node"])
+        if job.restarts:
+            s["SLURM_RESTART_COUNT"] = str(job.restarts)
+        if job.array_job_id is not None and job.array_task_id is not None:
+            spec = job.array_spec or {}
+            s.update({"SLURM_ARRAY_JOB_ID": str(job.array_job_id),
+                      "SLURM_ARRAY_TASK_ID": str(job.array_task_id),
+                      "SLURM_ARRAY_TASK_COUNT": str(spec.get("count", 1)),
+                      "SLURM_ARRAY_TASK_MIN": str(spec.get("min", job.array_task_id)),
+                      "SLURM_ARRAY_TASK_MAX": str(spec.get("max", job.array_task_id)),
+                      "SLURM_ARRAY_TASK_STEP": str(spec.get("step", 1))})
+        for k in ("SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL",
+                  "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "SLURM_GPUS_ON_NODE"):
+            base.pop(k, None)  # the submitter's (or the batch step's) values do not apply here
+        base.update(s)
+        return base
+
+    def _record(self, job, step: Step, final: dict | None = None) -> dict:
+        cpus = sum(ns.cpus for ns in step.layout.nodes)
+        gpus = sum(len(ns.gpus) for ns in step.layout.nodes)
+        from muster.common.units import tres_string
+        rec = {"job_id": job.job_id, "step_id": step.step_id, "name": step.name,
+               "state": RUNNING, "exit_code": 0, "exit_signal": 0, "start_time": step.start_time,
+               "end_time": None, "node_list": self.ctl.state.node_list_of(step.nodes),
+               "num_nodes": len(step.nodes), "num_cpus": cpus, "num_tasks": step.ntasks,
+               "tres_alloc": tres_string(cpus, 0, len(step.nodes), None,
+                                         {"gres/gpu": gpus} if gpus else {})}
+        if final:
+            rec.update(final)
+        return rec
+
+    def _take_port(self) -> int:
+        lo, hi = self.port_range
+        for _ in range(hi - lo + 1):
+            p = self._next_port
+            self._next_port = lo if p >= hi else p + 1
+            if p not in self.ports_used:
+                self.ports_used.add(p)
+                return p
+        raise RequestError("no free step ports (MpiParams=ports)", "busy")
+
+    def signal(self, job, uid: int, step_id: int | None, sig: int) -> None:
+        if job.uid != uid and not self.ctl.is_admin(uid):
+            raise AccessDenied()
+        for s in list(self.steps.values()):
+            if s.job_id == job.job_id and (step_id is None or s.step_id == step_id):
+                for n in s.nodes:
+                    self.ctl.send_to_node(n, {"op": "signal_step", "job_id": s.job_id,
+                                              "step_id": s.step_id, "run": s.run, "signal": sig})
+
+    def node_report(self, node: str, rep: dict) -> None:
+        """One node's report of a step's end."""
+        key = (rep.get("job_id"), rep.get("step_id"))
+        step = self.steps.get(key)
+        if step is None or node not in step.nodes or node in step.reports:
+            return
+        step.reports[node] = rep
+        if len(step.reports) < len(step.nodes):
+            return
+        self._finish(step)
+
+    def _finish(self, step: Step) -> None:
+        st = self.ctl.state
+        del self.steps[(step.job_id, step.step_id)]
+        self.ports_used.discard(step.port)
+        tasks = [t for r in step.reports.values() for t in r.get("tasks", [])]
+        exit_code = max((t["exit_code"] for t in tasks), default=0)
+        sig = max((t["signal"] for t in tasks), default=0)
+        terminated = any(r.get("terminated") for r in step.reports.values())
+        lost = any(r.get("lost") for r in step.reports.values())
+        if lost:
+            state = "NODE_FAIL"
+        elif terminated or sig in (9, 15):
+            state = "CANCELLED"
+        elif sig or exit_code:
+            state = "FAILED"
+        else:
+            state = "COMPLETED"
+        job = st.jobs.get(step.job_id)
+        if job is None:
+            return
+        rec = self._record(job, step, {"state": state, "exit_code": exit_code, "exit_signal": sig,
+                                       "end_time": max((r.get("end_time") or 0) for r in step.reports.values())
+                                       or int(time.time())})
+        with st.store.transaction():
+            st.store.put_step(job.job_id, str(step.step_id), rec)
+            if (exit_code, sig) > (job.derived_exit_code, job.derived_exit_signal):
+                job.derived_exit_code, job.derived_exit_signal = exit_code, sig
+                st.save(job)
+            # an interactive allocation being torn down ends when its last step is gone
+            if not job.batch and job.completing and not any(
+                    s.job_id == job.job_id for s in self.steps.values()):
+                from muster.lifecycle import job as lifecycle
+                lifecycle.finish(job, exit_code=job.exit_code, signal=job.exit_signal,
+                                 timed_out=False, now=int(time.time()))
+                st.release(job)
+                st.save(job)
+                self.ctl.request_schedule()
+        if not job.batch and job.terminal:
+            self.notify(job)
+        self.ctl.request_schedule()
+
+    def forget_job(self, job_id: int) -> None:
+        """The allocation is gone (ended, node failure): its steps cannot report any more."""
+        for key in [k for k in self.steps if k[0] == job_id]:
+            step = self.steps[key]
+            for n in step.nodes:
+                step.reports.setdefault(n, {"tasks": [], "lost": True})
+            self._finish(step)
+
+
+def _step_request(req: dict) -> StepRequest:
+    def num(k):
+        v = req.get(k)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 1 << 20):
+            raise RequestError(f"invalid {k}", "invalid_request")
+        return v
+    nodelist = ()
+    exclude = ()
+    try:
+        if req.get("nodelist"):
+            nodelist = tuple(expand(req["nodelist"]))
+        if req.get("exclude"):
+            exclude = tuple(expand(req["exclude"]))
+    except Exception:
+        raise RequestError(None, "invalid_nodelist") from None
+    dist = req.get("distribution") or "block"
+    if not isinstance(dist, str) or dist.split(":")[0] not in ("block", "cyclic", "arbitrary", "plane"):
+        raise RequestError("Invalid distribution", "invalid_request")
+    return StepRequest(ntasks=num("ntasks"), nodes_min=num("nodes_min"), nodes_max=num("nodes_max"),
+                       ntasks_per_node=num("ntasks_per_node"), cpus_per_task=num("cpus_per_task") or 1,
+                       gpus_per_task=num("gpus_per_task"), gpus_per_node=num("gpus_per_node"),
+                       gpus=num("gpus"), nodelist=nodelist, exclude=exclude,
+                       distribution=dist.split(":")[0], overlap=bool(req.get("overlap")))
+

@@ -1,0 +1,196 @@
+"""Job-step layout: which tasks run where, with which CPUs and GPUs, inside an allocation. Pure.
+
+Input: the job's allocation (per node: CPUs, GPU indices), what other running steps of the job
+already use, and the step request. Output: a ``StepLayout`` or a ``StepError`` whose ``code``
+tells the shell whether to refuse (``never``: the request can never fit this allocation) or to
+wait and retry (``busy``: other steps hold the resources now).
+
+Rules (Slurm 23.11 semantics, simplified where noted):
+* nodes: ``-w`` names them (each must be in the allocation); otherwise the first N allocation
+  nodes, N = ``-N`` if given, else min(allocation nodes, ntasks) when ``-n`` is given, else all.
+* tasks: ``-n``, else ``--ntasks-per-node`` × N, else N. Without ``--ntasks-per-node`` they are
+  balanced: ⌈n/N⌉ on the first n mod N nodes, ⌊n/N⌋ on the rest (``2(x3),1`` for 7 on 4).
+* task ids: ``block`` gives each node consecutive ids (default); ``cyclic`` deals them round robin.
+* CPUs: tasks × cpus_per_task per node, which must fit the node's allocated CPUs (never) and,
+  unless ``--overlap``, the CPUs not held by other steps (busy).
+* GPUs: ``--gpus-per-task`` → each task its own GPUs; ``--gpus-per-node``/``--gres`` → that many
+  per node; neither → the step sees all of the job's GPUs on the node, shared (Slurm: a step
+  without GRES options gets all the job's GRES). Explicitly requested GPUs are exclusive to the
+  step unless ``--overlap``; the lowest free indices are chosen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class AllocNode:
+    node: str
+    cpus: int
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StepRequest:
+    ntasks: int | None = None
+    nodes_min: int | None = None
+    nodes_max: int | None = None
+    ntasks_per_node: int | None = None
+    cpus_per_task: int = 1
+    gpus_per_task: int | None = None
+    gpus_per_node: int | None = None
+    gpus: int | None = None
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    distribution: str = "block"
+    overlap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStep:
+    node: str
+    tasks: tuple[int, ...]          # global task ids on this node, ascending
+    cpus: int
+    gpus: tuple[int, ...]           # GPUs the step holds on this node
+    task_gpus: tuple[tuple[int, ...], ...] | None  # per task (in ``tasks`` order) when bound
+
+
+@dataclass(frozen=True, slots=True)
+class StepLayout:
+    nodes: tuple[NodeStep, ...]
+    ntasks: int
+
+    @property
+    def tasks_per_node(self) -> list[int]:
+        return [len(n.tasks) for n in self.nodes]
+
+
+class StepError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code          # "never" | "busy"
+        self.message = message
+
+
+def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
+           used_gpus: Mapping[str, frozenset[int]], req: StepRequest) -> StepLayout:
+    by_name = {a.node: a for a in alloc}
+    pool = [a for a in alloc if a.node not in req.exclude]
+    if req.nodelist:
+        missing = [n for n in req.nodelist if n not in by_name]
+        if missing:
+            raise StepError("never", "Requested node configuration is not available")
+        chosen_names = set(req.nodelist)
+        chosen = [a for a in alloc if a.node in chosen_names]
+        extra = req.nodes_min - len(chosen) if req.nodes_min else 0
+        if extra > 0:
+            chosen += [a for a in pool if a.node not in chosen_names][:extra]
+    else:
+        if req.nodes_min is not None:
+            n = req.nodes_min
+        elif req.ntasks is not None:
+            n = min(len(pool), req.ntasks)
+        else:
+            n = len(pool)
+        chosen = pool[:n]
+    n_nodes = len(chosen)
+    if n_nodes == 0 or (req.nodes_min is not None and n_nodes < req.nodes_min):
+        raise StepError("never", "Requested node configuration is not available")
+    if req.ntasks is not None:
+        ntasks = req.ntasks
+    elif req.ntasks_per_node is not None:
+        ntasks = req.ntasks_per_node * n_nodes
+    else:
+        ntasks = n_nodes
+    if ntasks < 1:
+        raise StepError("never", "Invalid task count")
+    if ntasks < n_nodes:
+        chosen = chosen[:ntasks]
+        n_nodes = ntasks
+    if req.ntasks_per_node is not None:
+        if ntasks > req.ntasks_per_node * n_nodes:
+            raise StepError("never", "Requested node configuration is not available")
+        counts = [min(req.ntasks_per_node, ntasks - req.ntasks_per_node * i) for i in range(n_nodes)]
+        counts = [c for c in counts if c > 0]
+        chosen = chosen[:len(counts)]
+        n_nodes = len(chosen)
+    else:
+        counts = _balance(ntasks, [a.cpus // max(1, req.cpus_per_task) for a in chosen])
+    ids = _assign_ids(counts, req.distribution)
+    cpt = max(1, req.cpus_per_task)
+    out = []
+    for a, cnt, tids in zip(chosen, counts, ids):
+        cpus = cnt * cpt
+        if cpus > a.cpus:
+            raise StepError("never", "More processors requested than permitted")
+        if not req.overlap and cpus > a.cpus - used_cpus.get(a.node, 0):
+            raise StepError("busy", "Requested nodes are busy")
+        gpus, task_gpus = _gpus(a, cnt, used_gpus.get(a.node, frozenset()), req, n_nodes)
+        out.append(NodeStep(a.node, tuple(tids), cpus, gpus, task_gpus))
+    return StepLayout(tuple(out), ntasks)
+
+
+def _balance(ntasks: int, caps: list[int]) -> list[int]:
+    """Balanced counts (⌈n/N⌉ first), then overflow of nodes over their CPU capacity moved, in
+    node order, to nodes with room. If nothing has room, the excess stays (and the caller
+    reports "More processors requested than permitted")."""
+    n = len(caps)
+    base, rem = divmod(ntasks, n)
+    counts = [base + (1 if i < rem else 0) for i in range(n)]
+    excess = 0
+    for i in range(n):
+        if counts[i] > caps[i]:
+            excess += counts[i] - max(caps[i], 1)
+            counts[i] = max(caps[i], 1)
+    for i in range(n):
+        if not excess:
+            break
+        room = caps[i] - counts[i]
+        if room > 0:
+            take = min(room, excess)
+            counts[i] += take
+            excess -= take
+    counts[-1] += excess
+    return counts
+
+
+def _assign_ids(counts: list[int], distribution: str) -> list[list[int]]:
+    ids: list[list[int]] = [[] for _ in counts]
+    if distribution.startswith("cyclic"):
+        left = list(counts)
+        t = 0
+        while any(left):
+            for i in range(len(counts)):
+                if left[i]:
+                    ids[i].append(t)
+                    t += 1
+                    left[i] -= 1
+    else:
+        t = 0
+        for i, c in enumerate(counts):
+            ids[i] = list(range(t, t + c))
+            t += c
+    return ids
+
+
+def _gpus(a: AllocNode, ntasks: int, used: frozenset[int], req: StepRequest, n_nodes: int):
+    if req.gpus_per_task:
+        want = req.gpus_per_task * ntasks
+    elif req.gpus_per_node:
+        want = req.gpus_per_node
+    elif req.gpus:
+        want = -(-req.gpus // n_nodes)
+    else:
+        return a.gpus, None  # all of the job's GPUs here, shared with other steps
+    if want > len(a.gpus):
+        raise StepError("never", "Requested node configuration is not available")
+    free = [g for g in a.gpus if req.overlap or g not in used]
+    if want > len(free):
+        raise StepError("busy", "Requested GPUs are busy")
+    mine = tuple(free[:want])
+    if req.gpus_per_task:
+        k = req.gpus_per_task
+        return mine, tuple(mine[i * k:(i + 1) * k] for i in range(ntasks))
+    return mine, None
