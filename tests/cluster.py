@@ -71,13 +71,13 @@ class Cluster:
     def up(self) -> "Cluster":
         os.makedirs(self.state_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
-        r = self.run(["muster", "up", "--state-dir", self.state_dir, *self.args])
+        r = self.run(["muster", "up", "--no-link", "--state-dir", self.state_dir, *self.args])
         assert r.rc == 0, r
         if self.extra_conf:
             self.down()
             with open(self.conf, "a") as fh:
                 fh.write("\n" + self.extra_conf + "\n")
-            r = self.run(["muster", "up", "--state-dir", self.state_dir, "--config", self.conf])
+            r = self.run(["muster", "up", "--no-link", "--state-dir", self.state_dir, "--config", self.conf])
             assert r.rc == 0, r
         return self
 

@@ -624,8 +624,8 @@ def _clear(monkeypatch):
 def test_locate_order(tmp_path, monkeypatch):
     _clear(monkeypatch)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    if os.path.exists("/etc/muster/slurm.conf"):  # pragma: no cover - host-dependent
-        pytest.skip("/etc/muster/slurm.conf exists on this host")
+    import muster.config.locate as locate_mod
+    monkeypatch.setattr(locate_mod, "SYSTEM_PATH", str(tmp_path / "etc" / "slurm.conf"))
     assert find_config_path() is None
 
     home_conf = tmp_path / "home" / ".config" / "muster" / "slurm.conf"

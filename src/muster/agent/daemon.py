@@ -34,6 +34,16 @@ log = logging.getLogger("musterd")
 HEARTBEAT_S = 5.0
 
 
+async def run_many(agents: list["Agent"]) -> None:
+    """Emulation mode: several nodes served by one process, one connection per node, each
+    from its own node address. Nodes stay independent (own spool, own supervisors)."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(s, stop.set)
+    await asyncio.gather(*(a.run(stop) for a in agents))
+
+
 class Agent:
     def __init__(self, cfg, node_name: str):
         self.cfg = cfg
@@ -304,10 +314,14 @@ class Agent:
         if self.writer is not None and not self.writer.is_closing():
             self.writer.write(frame(msg))
 
-    async def run(self) -> None:
+    async def run(self, stop_event: asyncio.Event | None = None) -> None:
+        """Serve until ``stop_event`` (default: SIGTERM/SIGINT) is set."""
         loop = asyncio.get_running_loop()
-        for s in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(s, self._stop.set)
+        if stop_event is None:
+            for s in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(s, self._stop.set)
+        else:
+            self._stop = stop_event
         self.recover()
         delay = 0.05
         stop = asyncio.create_task(self._stop.wait())

@@ -13,7 +13,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="musterd", description="Muster node agent")
     ap.add_argument("-f", dest="conf")
-    ap.add_argument("-N", dest="node", help="node name (default: short hostname)")
+    ap.add_argument("-N", dest="node", help="node name, or a hostlist of nodes to emulate in "
+                    "this one process (default: short hostname)")
     ap.add_argument("-D", dest="foreground", action="store_true")
     ap.add_argument("-L", dest="logfile")
     ap.add_argument("-v", dest="verbose", action="count", default=0)
@@ -33,17 +34,23 @@ def main(argv: list[str] | None = None) -> int:
     except MusterError as exc:
         print(f"musterd: error: {exc.message}", file=sys.stderr)
         return 1
-    node = args.node or socket.gethostname().split(".")[0]
-    if node not in cfg.nodes:
-        print(f"musterd: error: node {node} is not in {path}", file=sys.stderr)
-        return 1
-    from muster.agent.daemon import Agent
+    from muster.common.hostlist import expand
     try:
-        agent = Agent(cfg, node)
+        names = expand(args.node) if args.node else [socket.gethostname().split(".")[0]]
+    except MusterError as exc:
+        print(f"musterd: error: {exc.message}", file=sys.stderr)
+        return 1
+    unknown = [n for n in names if n not in cfg.nodes]
+    if unknown:
+        print(f"musterd: error: node {unknown[0]} is not in {path}", file=sys.stderr)
+        return 1
+    from muster.agent.daemon import Agent, run_many
+    try:
+        agents = [Agent(cfg, n) for n in names]
     except Exception as exc:  # noqa: BLE001
         print(f"musterd: error: {exc}", file=sys.stderr)
         return 1
-    asyncio.run(agent.run())
+    asyncio.run(agents[0].run() if len(agents) == 1 else run_many(agents))
     return 0
 
 

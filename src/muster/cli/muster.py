@@ -178,7 +178,7 @@ def cmd_up(args) -> int:
         with open(os.path.join(state, "gres.conf"), "w") as fh:
             fh.write(gres_conf)
         cfg = load(conf)
-    for ptr in _pointer_paths():
+    for ptr in ([] if args.no_link else _pointer_paths()):
         os.makedirs(os.path.dirname(ptr), exist_ok=True)
         if os.path.lexists(ptr):
             os.unlink(ptr)
@@ -196,10 +196,17 @@ def cmd_up(args) -> int:
         if time.time() > deadline:
             raise CliExit(["muster: error: musterctld did not answer in time"], 1)
         time.sleep(0.05)
-    for name in cfg.nodes:
-        record["agents"][name] = _spawn(
-            [_bin("musterd"), "-f", conf, "-N", name, "-L", os.path.join(logdir, f"musterd-{name}.log")],
-            os.path.join(logdir, f"musterd-{name}.out"))
+    if args.emulate:
+        from muster.common.hostlist import compress
+        names = compress(list(cfg.nodes))
+        pid = _spawn([_bin("musterd"), "-f", conf, "-N", names, "-L",
+                      os.path.join(logdir, "musterd.log")], os.path.join(logdir, "musterd.out"))
+        record["agents"] = {name: pid for name in cfg.nodes}
+    else:
+        for name in cfg.nodes:
+            record["agents"][name] = _spawn(
+                [_bin("musterd"), "-f", conf, "-N", name, "-L", os.path.join(logdir, f"musterd-{name}.log")],
+                os.path.join(logdir, f"musterd-{name}.out"))
     _write_pids(state, record)
     while True:
         info = _ping(conf)
@@ -240,7 +247,7 @@ def cmd_down(args) -> int:
     rec = _read_pids(state)
     if not rec:
         raise CliExit([f"muster: error: no cluster is running from {state}"], 1)
-    procs = [p for p in [rec.get("controller"), *rec.get("agents", {}).values()] if p]
+    procs = list(dict.fromkeys(p for p in [rec.get("controller"), *rec.get("agents", {}).values()] if p))
     for pid in procs:
         _signal(pid, signal.SIGTERM)
     # jobs run under per-job supervisors that outlive their agent on purpose: stop them too
@@ -331,6 +338,11 @@ def _main() -> int:
     up.add_argument("--state-dir")
     up.add_argument("--config", help="use this existing slurm.conf")
     up.add_argument("--timeout", type=float, default=60)
+    up.add_argument("--emulate", action="store_true",
+                    help="serve every node from one musterd process (large emulated clusters)")
+    up.add_argument("--no-link", action="store_true",
+                    help="do not link the config from ~/.config/muster and /etc/muster "
+                         "(several clusters side by side; use MUSTER_CONF)")
     down = sub.add_parser("down", help="stop the cluster and everything it started")
     down.add_argument("--state-dir")
     st = sub.add_parser("status", help="show daemons, nodes and config")

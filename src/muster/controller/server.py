@@ -35,7 +35,7 @@ from muster.model.job import RUNNING
 log = logging.getLogger("musterctld")
 
 COALESCE_S = 0.002
-PERIODIC_S = 5.0
+PERIODIC_S = 1.0
 IDLE_CLIENT_TIMEOUT = 30.0
 AUTH_TIMEOUT = 10.0  # a TCP peer must present its credential within this
 MAX_CONNECTIONS = 4096  # open client connections; more are refused as busy
@@ -161,6 +161,7 @@ class Controller:
                 t = now()
                 self.state.purge_old(t)
                 self.check_agents(t)
+                self.enforce_interactive_limits(t)
                 self.request_schedule()
             except Exception:
                 log.exception("periodic pass failed")
@@ -425,6 +426,15 @@ class Controller:
                        "step_id": msg.get("step_id"), "run": msg.get("run", 0)})
         else:
             log.warning("agent %s sent unknown op %r", node.name, op)
+
+    def enforce_interactive_limits(self, t: int) -> None:
+        """Batch jobs are timed by their supervisors; allocations without a batch script
+        (srun, salloc) are timed here."""
+        for job in list(self.state.jobs.values()):
+            if (not job.batch and job.state == RUNNING and not job.completing
+                    and job.end_time is not None and t >= job.end_time):
+                self.kill_running(job, final_state="TIMEOUT", by_uid=None, why="timeout")
+                self.state.event(job, "timeout", "time limit reached")
 
     def check_agents(self, t: int) -> None:
         timeout = self.cfg.slurmd_timeout
