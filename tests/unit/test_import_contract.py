@@ -61,3 +61,12 @@ def test_pure_layers_do_not_import_the_shell():
             text = path.read_text()
             for shell in ("muster.controller", "muster.store", "muster.agent", "muster.api"):
                 assert shell not in text, f"{path} imports {shell}"
+
+
+def test_every_operation_has_exactly_one_handler():
+    """Two handlers registered under one name silently replace each other (a real bug:
+    srun's allocation release once shadowed `scontrol release`)."""
+    import re
+    text = (SRC / "controller" / "handlers.py").read_text()
+    names = re.findall(r'@op\("([a-z_]+)"\)', text) + re.findall(r'OPS\["([a-z_]+)"\]', text)
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

@@ -55,6 +55,9 @@ class Agent:
             spool_t.replace("%n", node_name)
         os.makedirs(self.spool, mode=0o711, exist_ok=True)
         os.chmod(self.spool, 0o711)
+        self.trash = os.path.join(self.spool, ".trash")
+        os.makedirs(self.trash, mode=0o700, exist_ok=True)
+        self._purging = False
         self.jobs: dict[tuple[int, int], dict] = {}   # (job_id, run) -> {"pid", "pidfd", "dir"}
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
@@ -64,6 +67,24 @@ class Agent:
         self._stop = asyncio.Event()
 
     # ---- spool --------------------------------------------------------------------------
+    def _discard(self, d: str) -> None:
+        """Retire an acknowledged job's spool directory: one rename now (it leaves the spool
+        scan at once); the trash is emptied in a worker thread, off the event loop."""
+        try:
+            os.rename(d, os.path.join(self.trash, os.path.basename(d)))
+        except OSError:
+            return
+        if not self._purging:
+            self._purging = True
+            asyncio.get_running_loop().call_later(1.0, self._purge_trash)
+
+    def _purge_trash(self) -> None:
+        def purge():
+            for entry in os.listdir(self.trash):
+                shutil.rmtree(os.path.join(self.trash, entry), ignore_errors=True)
+        fut = asyncio.get_running_loop().run_in_executor(None, purge)
+        fut.add_done_callback(lambda _f: setattr(self, "_purging", False))
+
     def _dir(self, job_id: int, run: int) -> str:
         return os.path.join(self.spool, f"job{job_id}.{run}")
 
@@ -172,7 +193,7 @@ class Agent:
         elif op == "ack":
             key = (msg.get("job_id"), msg.get("run", 0))
             if self.unacked.pop(key, None) is not None:
-                shutil.rmtree(self._dir(*key), ignore_errors=True)
+                self._discard(self._dir(*key))
         elif op == "launch_step":
             self.launch_step(msg)
         elif op == "signal_step":
@@ -180,7 +201,7 @@ class Agent:
         elif op == "ack_step":
             key = (msg.get("job_id"), msg.get("step_id"), msg.get("run", 0))
             if self.unacked_steps.pop(key, None) is not None:
-                shutil.rmtree(self._step_dir(*key), ignore_errors=True)
+                self._discard(self._step_dir(*key))
         elif op == "kill_list":
             for jid in msg.get("jobs", []):
                 self._kill_unknown(jid)

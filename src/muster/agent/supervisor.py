@@ -36,11 +36,11 @@ WHY_TEXT = {"cancel": "", "timeout": " DUE TO TIME LIMIT", "requeue": " DUE TO J
 
 
 def write_json_atomic(path: str, obj: dict) -> None:
+    """Write-then-rename: readers see the old file or the whole new one. No fsync: the file
+    must survive a crash of a process, not of the host (a host crash kills the job too)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 

@@ -253,20 +253,22 @@ def cmd_down(args) -> int:
     # jobs run under per-job supervisors that outlive their agent on purpose: stop them too
     spool_root = os.path.join(state, "spool")
     for root, dirs, files in os.walk(spool_root):
-        if "job.pid" in files:
+        dirs[:] = [d for d in dirs if d != ".trash"]
+        if "job.pid" in files and "status.json" not in files:
             for f, sig in (("job.pid", "pg"), ("super.pid", "pid")):
                 try:
                     with open(os.path.join(root, f)) as fh:
-                        pid = int(fh.read())
+                        pids = [int(x) for x in fh.read().split()]
                 except (OSError, ValueError):
                     continue
-                try:
-                    if sig == "pg":
-                        os.killpg(pid, signal.SIGKILL)
-                    else:
-                        os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+                for pid in pids:  # a step daemon lists one pid (session) per task
+                    try:
+                        if sig == "pg":
+                            os.killpg(pid, signal.SIGKILL)
+                        else:
+                            os.kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
     deadline = time.time() + 10
     while any(_alive(p) for p in procs) and time.time() < deadline:
         time.sleep(0.05)

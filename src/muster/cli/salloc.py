@@ -37,6 +37,8 @@ def allocation_env(job: dict, base: dict, conf: str | None) -> dict:
     }
     if conf:
         s["SLURM_CONF"] = s["MUSTER_CONF"] = conf
+        from muster.cli.client import _scan_conf
+        s["SLURM_CLUSTER_NAME"] = _scan_conf(conf, ("clustername",)).get("clustername") or "cluster"
     if job.get("ntasks_set"):
         s["SLURM_NTASKS"] = s["SLURM_NPROCS"] = str(job["num_tasks"])
     if job.get("ntasks_per_node"):
@@ -135,7 +137,7 @@ def _main() -> int:
     elif not quiet:
         sys.stderr.write(f"salloc: Relinquishing job allocation {job_id}\n")
     try:
-        ctl.call({"op": "release", "job_id": job_id, "exit_code": min(max(code, 0), 255),
+        ctl.call({"op": "release_alloc", "job_id": job_id, "exit_code": min(max(code, 0), 255),
                   "signal": 0})
     except Exception:
         pass

@@ -369,10 +369,7 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
         if e is None:
             continue
         if e.get("signal"):
-            try:
-                name = {9: "Killed", 15: "Terminated"}.get(e["signal"]) or sigmod.Signals(e["signal"]).name
-            except ValueError:
-                name = f"signal {e['signal']}"
+            name = sigmod.strsignal(e["signal"]) or f"Signal {e['signal']}"
             groups.setdefault((node, name), []).append(t)
             code = max(code, 128 + e["signal"])
         elif e.get("exit_code"):
@@ -381,9 +378,8 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
     for (node, what), tids in groups.items():
         word = "task" if len(tids) == 1 else "tasks"
         sys.stderr.write(f"srun: error: {node}: {word} {_fmt_ids(tids)}: {what}\n")
-    for node in sorted(lost_nodes):
-        sys.stderr.write(f"srun: error: Node failure on {node}\n")
-        code = max(code, 1)
+    if lost_nodes:
+        code = max(code, 1)  # "Node failure on X" was printed when the node was lost
     missing = [t for t in range(ntasks) if t not in exits]
     if missing and not lost_nodes:
         code = max(code, 1)
@@ -489,7 +485,7 @@ def _main() -> int:
     finally:
         if own_allocation:
             try:
-                ctl.call({"op": "release", "job_id": job_id, "exit_code": min(code, 255),
+                ctl.call({"op": "release_alloc", "job_id": job_id, "exit_code": min(code, 255),
                           "signal": 0})
             except Exception:
                 pass
@@ -580,6 +576,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGQUIT):
         signal.signal(sig, handler)
+    reported_lost: set[str] = set()
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
     while not sio.finished():
         sio.poll(0 if sio.stdin_file and sio.stdin_targets else 0.2)
@@ -602,6 +599,17 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
         if connected < sio.expected_nodes and time.time() > connect_deadline:
             for n in sio.expected_nodes - connected:
                 sio.lost_nodes.add(n)
+        new_lost = sorted(sio.lost_nodes - reported_lost)
+        if new_lost:
+            # a node's step daemon vanished without its final report: like Slurm, the step
+            # cannot go on without that node — say so now and stop the tasks elsewhere
+            for n in new_lost:
+                sys.stderr.write(f"srun: error: Node failure on {n}\n")
+            sys.stderr.flush()
+            reported_lost.update(new_lost)
+            if not state["killed"]:
+                state["killed"] = True
+                sio.signal_tasks(signal.SIGKILL)
     for t in list(sio.task_node):
         sio._flush_task(t)
     sys.stdout.flush()

@@ -236,7 +236,7 @@ def _resolve(st, jid: int, task) -> list[Job]:
 
 def _split_pending(st, master: Job, task: int) -> Job:
     """Address one pending index of an array on its own (e.g. to cancel it)."""
-    from muster.controller.submit import compress_indices
+    from muster.model.arrays import compress_indices
     rest = [i for i in master.pending_tasks if i != task]
     if not rest:
         master.pending_tasks = None
@@ -588,7 +588,7 @@ async def wait_alloc(ctl, msg, uid, gid):
 OPS["wait_alloc"] = wait_alloc
 
 
-@op("release")
+@op("release_alloc")
 def release_alloc(ctl, msg, uid, gid):
     job = ctl.state.jobs.get(_int(msg.get("job_id")))
     if job is None:

@@ -9,6 +9,8 @@ launch — which the caller dispatches only after the commit.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from muster.controller.submit import expand_io_paths
 from muster.core import (JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever,
                          schedule)
@@ -90,6 +92,14 @@ def blocked_reason(state, job: Job, t: int) -> str | None:
     return None
 
 
+def cached_view(state, job: Job) -> JobView:
+    """The job's base view, rebuilt only after the job changed (ClusterState.save drops it)."""
+    view = state.view_cache.get(job.job_id)
+    if view is None:
+        view = state.view_cache[job.job_id] = job_view(job)
+    return view
+
+
 def build_snapshot(state, t: int) -> Snapshot:
     pending = []
     running_per_array: dict[int, int] = {}
@@ -109,7 +119,10 @@ def build_snapshot(state, t: int) -> Snapshot:
                 if room <= 0 and blocked is None:
                     blocked = "JobArrayTaskLimit"
                 max_starts = max(1, min(max_starts, room))
-        pending.append(job_view(j, blocked, max_starts))
+        view = cached_view(state, j)
+        if blocked is not None or max_starts != 1:
+            view = replace(view, blocked=blocked, max_starts=max_starts)
+        pending.append(view)
     return Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
                     pending=tuple(pending))
 
@@ -168,11 +181,9 @@ def _split_array_task(state, master: Job, t: int) -> Job:
         master.array_task_id = idx
         master.array_task_str = None
         return master
-    from muster.controller.submit import compress_indices
     task = master.copy(job_id=state.take_job_id(), array_task_id=idx, pending_tasks=None,
                        array_task_str=None)
-    master.pending_tasks = rest
-    master.array_task_str = compress_indices(rest)
+    master.pending_tasks = rest  # array_task_str is derived from it when shown
     state.jobs[task.job_id] = task
     state.save(master)
     return task

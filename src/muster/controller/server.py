@@ -89,6 +89,7 @@ class Controller:
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
         self._servers: list[asyncio.base_events.Server] = []
         self._conns = 0
+        self._handlers: set[asyncio.Task] = set()  # running connection handlers
         self.current_conn = None
 
     # ---- authorization -----------------------------------------------------------------
@@ -124,20 +125,33 @@ class Controller:
             s.close()
         for link in list(self.agents.values()):
             link.writer.close()
+        # finish the connection handlers (an agent link records its disconnection) while
+        # the store is still open
+        handlers_left = [t for t in self._handlers if t is not asyncio.current_task()]
+        for t in handlers_left:
+            t.cancel()
+        if handlers_left:
+            await asyncio.wait(handlers_left, timeout=2)
         self.state.store.close()
 
     def request_schedule(self) -> None:
         self._wake.set()
 
     async def _scheduler_loop(self) -> None:
+        # Coalescing adapts to the cost of a pass: after a pass of X ms the next one waits at
+        # least X ms, so a burst of submissions into a long queue spends at most about half of
+        # the loop on scheduling instead of one full pass per request (O(n²) per burst).
+        last = 0.0
         while True:
             await self._wake.wait()
-            await asyncio.sleep(COALESCE_S)
+            await asyncio.sleep(max(COALESCE_S, last))
             self._wake.clear()
+            t0 = time.perf_counter()
             try:
                 self.schedule_once()
             except Exception:  # a bug here must not kill the controller
                 log.exception("scheduling pass failed")
+            last = min(time.perf_counter() - t0, 0.5)
 
     def schedule_once(self) -> None:
         t0 = time.perf_counter()
@@ -182,7 +196,14 @@ class Controller:
             writer.close()
             return False
         self._conns += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
         return True
+
+    def _done(self) -> None:
+        self._conns -= 1
+        self._handlers.discard(asyncio.current_task())
 
     async def _on_unix(self, reader, writer) -> None:
         if not self._admit(writer):
@@ -195,7 +216,7 @@ class Controller:
         except Exception:
             log.exception("unix client connection failed")
         finally:
-            self._conns -= 1
+            self._done()
             writer.close()
 
     async def _on_tcp(self, reader, writer) -> None:
@@ -206,7 +227,7 @@ class Controller:
         except Exception:
             log.exception("TCP connection from %s failed", writer.get_extra_info("peername"))
         finally:
-            self._conns -= 1
+            self._done()
             writer.close()
 
     async def _tcp_session(self, reader, writer) -> None:

@@ -59,6 +59,7 @@ class ClusterState:
         self.accounts = {"root", "default"}
         self.qos_names = {"normal"}
         self.next_id = cfg.first_job_id
+        self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
         self.boot_time = now()
         self._load()
 
@@ -86,6 +87,9 @@ class ClusterState:
         return jid
 
     def save(self, job: Job) -> None:
+        """Persist a changed job. Every change of a job goes through here, so this is also
+        where derived caches of it are dropped."""
+        self.view_cache.pop(job.job_id, None)
         self.store.put_job(job.to_store())
 
     def event(self, job: Job | None, event: str, detail: str = "", node: str | None = None) -> None:
@@ -183,4 +187,5 @@ class ClusterState:
                if j.terminal and not j.completing and (j.end_time or 0) < cutoff]
         for jid in old:
             del self.jobs[jid]
+            self.view_cache.pop(jid, None)
         return len(old)

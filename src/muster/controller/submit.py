@@ -15,6 +15,7 @@ from muster.common.errors import RequestError
 from muster.common.patterns import expand_pattern
 from muster.common.units import tres_string
 from muster.lifecycle import deps as depmod
+from muster.model.arrays import compress_indices
 from muster.model.job import Job
 
 MAX_SCRIPT = 4 * 1024 * 1024
@@ -150,36 +151,6 @@ def parse_array(spec: str, max_size: int) -> tuple[list[int], int, dict]:
 
 def _digits(s: str) -> bool:
     return s.isascii() and s.isdigit()
-
-
-def compress_indices(idx: list[int]) -> str:
-    """[1,2,3,5,7,9] → '1-3,5,7,9'; a constant stride of ≥2 over ≥3 items → '5-9:2'."""
-    if not idx:
-        return ""
-    out = []
-    i = 0
-    n = len(idx)
-    while i < n:
-        j = i
-        while j + 1 < n and idx[j + 1] == idx[j] + 1:
-            j += 1
-        if j > i:
-            out.append(f"{idx[i]}-{idx[j]}")
-            i = j + 1
-            continue
-        # try a stride run
-        if i + 2 < n:
-            stride = idx[i + 1] - idx[i]
-            k = i + 1
-            while k + 1 < n and idx[k + 1] - idx[k] == stride:
-                k += 1
-            if k - i >= 2 and stride > 1:
-                out.append(f"{idx[i]}-{idx[k]}:{stride}")
-                i = k + 1
-                continue
-        out.append(str(idx[i]))
-        i += 1
-    return ",".join(out)
 
 
 def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: int,

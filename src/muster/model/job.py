@@ -13,6 +13,10 @@ so its resources stay allocated). Terminal states are in ``TERMINAL``.
 
 from __future__ import annotations
 
+from sys import intern as _intern
+
+from muster.model.arrays import compress_indices
+
 PENDING = "PENDING"
 RUNNING = "RUNNING"
 COMPLETED = "COMPLETED"
@@ -75,6 +79,13 @@ PUBLIC_NAMES = tuple(n for n, _ in PUBLIC_FIELDS)
 _MUTABLE_DEFAULTS = (list, dict)
 
 
+# Strings that repeat across many jobs (a user's 5,000 jobs share user, account, partition,
+# work dir, command line...): one shared copy each keeps a pending job small in memory.
+_INTERNED = ("name", "user", "group", "account", "qos", "partition", "reason", "state",
+             "tres_per_node", "tres_req", "work_dir", "std_in", "command", "submit_host",
+             "submit_line", "submit_dir", "scheduler", "export", "comment", "gpu_type")
+
+
 class Job:
     __slots__ = tuple(n for n, _ in ALL_FIELDS)
 
@@ -83,6 +94,12 @@ class Job:
             setattr(self, name, kw.pop(name, default))
         if kw:
             raise TypeError(f"unknown job fields: {sorted(kw)}")
+        for name in _INTERNED:
+            v = getattr(self, name)
+            if type(v) is str:
+                setattr(self, name, _intern(v))
+        if self.io_patterns is not None:
+            self.io_patterns = tuple(_intern(p) if type(p) is str else p for p in self.io_patterns)
 
     # ---- views -----------------------------------------------------------------------
     @property
@@ -108,6 +125,8 @@ class Job:
     def to_record(self) -> dict:
         rec = {n: getattr(self, n) for n in PUBLIC_NAMES}
         rec["alloc"] = list(self.alloc)
+        if self.pending_tasks:
+            rec["array_task_str"] = compress_indices(self.pending_tasks)
         return rec
 
     def to_store(self) -> dict:
