@@ -53,7 +53,7 @@ def test_submitit(tool_env, workdir):
     What submitit needs from Muster: ``sbatch <file>`` printing ``Submitted batch job N``
     (it parses ``job (\\d+)``), the ``#SBATCH`` lines it writes (``--signal=USR2@90``,
     ``--open-mode=append``, ``--wckey=submitit``, ``--gpus-per-node``, ``--array=0-2%3``,
-    ``%j``/``%A``/``%a`` in directory parts of ``--output``/``--error``), the batch
+    ``%j``/``%A_%a`` in ``--output``/``--error`` file names), the batch
     environment (SLURM_JOB_ID, SLURM_ARRAY_JOB_ID/TASK_ID, SLURM_NTASKS, SLURM_PROCID, ...),
     ``sacct -o JobID,State,NodeList --parsable2 -j A -j B`` (``A_T`` rows for array tasks,
     ``CANCELLED by UID``), and ``scancel A``.

@@ -223,6 +223,22 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+def _open_output(path: str, flags: int, patience: float = 3.0) -> int:
+    """Open an output file; if its directory does not exist yet, wait a little for it.
+
+    Muster starts jobs within milliseconds of submission, and tools such as submitit create
+    the job's log directory (``logs/%j``) only after sbatch has returned the id. Slurm's
+    slower start hides that race; a short wait here closes it."""
+    deadline = time.time() + patience
+    while True:
+        try:
+            return os.open(path, flags, 0o666)
+        except FileNotFoundError:
+            if time.time() >= deadline or not os.path.dirname(path):
+                raise
+            time.sleep(0.02)
+
+
 def _exec_job(L: dict, spool: str, out_path: str, err_path: str, err_w: int) -> None:
     """In the job's own process: become the user, set up files, exec. Never returns."""
     try:
@@ -244,8 +260,8 @@ def _exec_job(L: dict, spool: str, out_path: str, err_path: str, err_w: int) -> 
             chdir_error = f"slurmstepd: error: couldn't chdir to `{L['work_dir']}': {exc.strerror}: going to /tmp instead\n"
         else:
             chdir_error = None
-        out_fd = os.open(out_path, flags, 0o666)
-        err_fd = out_fd if err_path == out_path else os.open(err_path, flags, 0o666)
+        out_fd = _open_output(out_path, flags)
+        err_fd = out_fd if err_path == out_path else _open_output(err_path, flags)
         in_fd = os.open(L.get("stdin") or "/dev/null", os.O_RDONLY)
         os.dup2(in_fd, 0)
         os.dup2(out_fd, 1)

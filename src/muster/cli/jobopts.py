@@ -273,13 +273,17 @@ def _h_flag(attr: str) -> Handler:
     return h
 
 
+_MAX_COUNT = 1 << 31          # node/task/CPU counts beyond any cluster
+_MAX_MINUTES = 366 * 24 * 60 * 100  # a century: larger limits are typos, not plans
+
+
 def _int_value(v: str | None, opt: str, positive: bool = True) -> int:
     s = (v or "").strip()
     try:
         n = int(s, 10)
     except ValueError:
         n = None
-    if n is None or (positive and n <= 0) or (not positive and n < 0):
+    if n is None or (positive and n <= 0) or (not positive and n < 0) or n > _MAX_COUNT:
         raise _err(f'Invalid numeric value "{v}" for {opt}.')
     return n
 
@@ -317,7 +321,7 @@ def _h_nodes(b: _Build, v: str | None, name: str) -> None:
         nmax = _count(hi) if sep else nmin
     except (InputError, ValueError):
         raise bad from None
-    if nmin <= 0 or nmax < nmin:
+    if nmin <= 0 or nmax < nmin or nmax > _MAX_COUNT:
         raise bad
     b.req["nodes_min"] = nmin
     b.req["nodes_max"] = nmax
@@ -442,6 +446,8 @@ def _h_time(field: str, opt: str) -> Handler:
             minutes = parse_time_limit((v or "").strip())
         except (InputError, ValueError):
             raise _err(f"Invalid {opt} specification") from None
+        if minutes is not None and minutes > _MAX_MINUTES:
+            raise _err(f"Invalid {opt} specification")
         b.req[field] = -1 if minutes is None else minutes
 
     return h

@@ -57,7 +57,7 @@ def allocation_env(job: dict, base: dict, conf: str | None) -> dict:
 
 def _main() -> int:
     from muster.cli import srun
-    from muster.cli.client import config_path
+    from muster.cli.client import config_path, exit_error
     from muster.common.errors import RequestError
     argv = sys.argv[1:]
     env = dict(os.environ)
@@ -81,7 +81,7 @@ def _main() -> int:
         if exc.code == "invalid_partition":
             sys.stderr.write(f"salloc: error: invalid partition specified: {req.get('partition')}\n")
         raise CliExit([f"salloc: error: Job submit/allocate failed: {exc.message}"],
-                      int(os.environ.get("SLURM_EXIT_ERROR", "1"))) from None
+                      exit_error()) from None
     reply = ctl.call({"op": "wait_alloc", "job_id": job_id, "timeout": 0.5}, timeout=None)
     job = reply["job"]
     if job["state"] == "PENDING":

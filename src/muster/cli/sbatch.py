@@ -6,7 +6,7 @@ import os
 import sys
 import time
 
-from muster.cli.client import call, run_main
+from muster.cli.client import call, exit_error, run_main
 from muster.cli.getopt import CliExit
 
 # controller refusal code -> (client-side pre-check line or None)
@@ -37,11 +37,14 @@ def _main() -> int:
         if pre:
             lines.append("sbatch: error: " + pre.format(**{k: v or "" for k, v in inv.request.items()
                                                            if isinstance(v, (str, type(None)))}))
+        detail = getattr(exc, "detail", None)
+        if detail:
+            lines.append(f"sbatch: error: {detail}")
         if exc.code in _BARE:
             lines.append(f"sbatch: error: {exc.message}")
         else:
             lines.append(f"sbatch: error: Batch job submission failed: {exc.message}")
-        raise CliExit(lines, int(os.environ.get("SLURM_EXIT_ERROR", "1"))) from None
+        raise CliExit(lines, exit_error()) from None
     job_id = reply["job_id"]
     if inv.parsable:
         print(job_id)

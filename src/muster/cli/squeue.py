@@ -82,8 +82,12 @@ def _main() -> int:
                 sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
                 bad_user = True
     iterate = opts.get("iterate")
+    from muster.common.errors import InvalidJobId
     while True:
-        reply = call(msg)
+        try:
+            reply = call(msg)
+        except InvalidJobId:
+            raise CliExit(["slurm_load_jobs error: Invalid job id specified"], 1) from None
         jobs = reply["jobs"]
         if states is None:
             jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]

@@ -154,10 +154,6 @@ def acct(ctl, msg, uid, gid):
     uids = msg.get("uids")
     recs = st.store.query_jobs(job_ids=None if ids is None else list(ids),
                                end_after=msg.get("start") if not ids else None)
-    if ids:
-        extra = st.store.query_jobs()
-        wanted = set(ids)
-        recs = [r for r in extra if r["job_id"] in wanted or r.get("array_job_id") in wanted]
     # prefer the in-memory version (fresher than nothing, identical after commit)
     live = st.jobs
     recs = [live[r["job_id"]].to_record() if r["job_id"] in live else
@@ -520,11 +516,7 @@ def update_node(ctl, msg, uid, gid):
             if state == "DRAIN":
                 node.drain = True
             elif state == "DOWN":
-                node.down = True
-                for jid in list(node.jobs):
-                    job = ctl.state.jobs.get(jid)
-                    if job is not None and job.state == RUNNING:
-                        ctl.kill_running(job, final_state="NODE_FAIL", by_uid=None, why="node_fail")
+                ctl.node_failed(node, reason, user=user)
             else:
                 node.drain = False
                 node.down = False

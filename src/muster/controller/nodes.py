@@ -19,7 +19,7 @@ class NodeRuntime:
                  "cpus_alloc", "mem_alloc", "gpus_alloc", "jobs", "drain", "down", "reason",
                  "reason_user", "reason_time", "connected", "last_heartbeat", "boot_time",
                  "agent_start", "cpu_load", "free_mem", "version", "arch", "os", "completing_jobs",
-                 "registered")
+                 "registered", "down_auto")
 
     def __init__(self, conf, index: int, partitions: list[str]):
         self.conf = conf
@@ -39,6 +39,7 @@ class NodeRuntime:
         self.drain = conf.state.upper() in ("DRAIN",)
         self.down = conf.state.upper() in ("DOWN", "FAIL")
         self.reason = conf.reason
+        self.down_auto = False
         self.reason_user = None
         self.reason_time = None
         self.connected = False
@@ -126,12 +127,14 @@ class NodeRuntime:
         }
 
     def admin_record(self) -> dict:
-        return {"drain": self.drain, "down": self.down, "reason": self.reason,
+        return {"drain": self.drain, "down": self.down, "down_auto": self.down_auto,
+                "reason": self.reason,
                 "reason_user": self.reason_user, "reason_time": self.reason_time}
 
     def restore_admin(self, rec: dict) -> None:
         self.drain = rec.get("drain", self.drain)
         self.down = rec.get("down", self.down)
+        self.down_auto = rec.get("down_auto", False)
         self.reason = rec.get("reason", self.reason)
         self.reason_user = rec.get("reason_user")
         self.reason_time = rec.get("reason_time")

@@ -82,6 +82,9 @@ class Controller:
         self.operators = set(getattr(cfg, "operators", ()) or ())
         # Slurm holds a requeued job ~121 s (BeginTime); Muster defaults to 2 s
         # (SchedulerParameters=requeue_delay=N to change it)
+        # Slurm's SlurmdTimeout default (300 s) leaves a dead node's jobs hanging for minutes;
+        # Muster detects a dead node within 20 s unless slurm.conf says otherwise
+        self.slurmd_timeout = cfg.slurmd_timeout if "SlurmdTimeout" in (cfg.raw or {}) else 20
         self.requeue_delay = int((getattr(cfg, "scheduler_parameters", None) or {}).get(
             "requeue_delay", 2))
         self._wake = asyncio.Event()
@@ -384,6 +387,14 @@ class Controller:
 
     def register_agent(self, node, reg: dict) -> dict:
         t = now()
+        if node.down:
+            rts = self.cfg.return_to_service
+            if rts == 2 or (rts == 1 and node.down_auto):
+                node.down = False
+                node.down_auto = False
+                node.reason = node.reason_user = node.reason_time = None
+                self.state.store.put_node(node.name, node.admin_record())
+                self.state.event(None, "node_returned", "agent registered", node=node.name)
         node.connected = True
         node.registered = True
         node.last_heartbeat = t
@@ -458,13 +469,65 @@ class Controller:
                 self.state.event(job, "timeout", "time limit reached")
 
     def check_agents(self, t: int) -> None:
-        timeout = self.cfg.slurmd_timeout
+        """A node whose agent has been silent for SlurmdTimeout is DOWN ("Not responding"):
+        its jobs end as NODE_FAIL, and batch jobs that may requeue go back to the queue."""
+        timeout = self.slurmd_timeout
         for node in self.state.nodes.values():
-            if node.connected and node.last_heartbeat and t - node.last_heartbeat > timeout:
+            silent = node.last_heartbeat is not None and t - node.last_heartbeat > timeout
+            if node.connected and silent:
                 link = self.agents.pop(node.name, None)
                 if link:
                     link.writer.close()
                 node.connected = False
+            if not node.connected and silent and not node.down and node.registered:
+                self.node_failed(node, "Not responding", user="slurm", auto=True)
+
+    def node_failed(self, node, reason: str, user: str, auto: bool = False) -> None:
+        t = now()
+        node.down = True
+        node.down_auto = auto
+        node.reason, node.reason_user, node.reason_time = reason, user, t
+        with self.state.store.transaction():
+            self.state.store.put_node(node.name, node.admin_record())
+            self.state.event(None, "node_down", reason, node=node.name)
+            for jid in sorted(node.jobs):
+                job = self.state.jobs.get(jid)
+                if job is not None and (job.state == RUNNING or job.completing):
+                    self.job_node_failed(job, node.name)
+        self.request_schedule()
+
+    def job_node_failed(self, job, node_name: str) -> None:
+        """One of the job's nodes died: requeue (batch, requeue allowed) or NODE_FAIL."""
+        t = now()
+        others = {a["node"] for a in job.alloc} - {node_name}
+        self.steps.forget_job(job.job_id)
+        self.state.release(job)
+        for n in others:  # kill what is left of it on the nodes that are still alive
+            self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": job.restarts,
+                                  "why": "node_fail"})
+        if job.completing and job.state != RUNNING and not job.requeue_pending:
+            lifecycle.finish(job, exit_code=0, signal=0, timed_out=False, now=t)
+        elif job.batch and job.requeue:
+            job.state = "NODE_FAIL"
+            job.end_time = t
+            prev = lifecycle.requeue(job, now=t, delay=self.requeue_delay,
+                                     hold=job.requeue_hold,
+                                     held_desc="job requeued in held state" if job.requeue_hold else None)
+            prev["state"] = "NODE_FAIL"
+            job.requeue_pending = job.requeue_hold = False
+            self.state.store.put_run(job.job_id, job.restarts - 1, prev)
+            self.state.store.put_step(job.job_id, "batch", {
+                "job_id": job.job_id, "step_id": "batch", "name": "batch", "state": "CANCELLED",
+                "exit_code": 0, "exit_signal": 9, "start_time": prev.get("start_time"), "end_time": t,
+                "node_list": prev.get("batch_host"), "num_nodes": 1, "num_cpus": 1, "num_tasks": 1,
+                "tres_alloc": None})
+            self.state.event(job, "requeued", f"node {node_name} failed")
+        else:
+            lifecycle.node_failed(job, node=node_name, now=t)
+            self.state.event(job, "node_fail", f"node {node_name} failed")
+        job.failed_node = node_name
+        self.state.save(job)
+        self.steps.notify(job)
 
     def send_to_node(self, node: str, msg: dict) -> None:
         link = self.agents.get(node)

@@ -47,7 +47,7 @@ PUBLIC_FIELDS: tuple[tuple[str, object], ...] = (
     ("std_err", ""), ("std_in", "/dev/null"), ("command", None), ("comment", None),
     ("submit_host", ""), ("exclusive", False), ("open_mode", None), ("signal", None),
     ("cancelled_by", None), ("scheduler", "Main"), ("last_sched_eval", None), ("sched_nodes", None),
-    ("completing", False), ("submit_line", ""), ("partitions_req", None), ("begin_time", None),
+    ("completing", False), ("failed_node", None), ("submit_line", ""), ("partitions_req", None), ("begin_time", None),
 )
 
 # Internal fields: persisted, never sent to clients.

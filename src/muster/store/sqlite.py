@@ -47,6 +47,10 @@ MIGRATIONS: tuple[str, ...] = (
                         job_id INTEGER, node TEXT, event TEXT NOT NULL, detail TEXT);
     CREATE INDEX events_job ON events(job_id);
     """,
+    """
+    ALTER TABLE jobs ADD COLUMN array_job_id INTEGER;
+    CREATE INDEX jobs_array ON jobs(array_job_id);
+    """,
 )
 
 
@@ -113,8 +117,10 @@ class SqliteStore:
     # ---- jobs --------------------------------------------------------------------------
     def put_job(self, rec: dict) -> None:
         self._write(
-            "INSERT OR REPLACE INTO jobs(job_id, state, uid, end_time, record) VALUES(?,?,?,?,?)",
-            (rec["job_id"], rec["state"], rec["uid"], rec.get("end_time"), _enc.encode(rec)),
+            "INSERT OR REPLACE INTO jobs(job_id, state, uid, end_time, array_job_id, record) "
+            "VALUES(?,?,?,?,?,?)",
+            (rec["job_id"], rec["state"], rec["uid"], rec.get("end_time"), rec.get("array_job_id"),
+             _enc.encode(rec)),
         )
 
     def delete_job(self, job_id: int) -> None:
@@ -137,8 +143,9 @@ class SqliteStore:
         sql = "SELECT record FROM jobs"
         where, args = [], []
         if job_ids:
-            where.append(f"job_id IN ({','.join('?' * len(job_ids))})")
-            args += job_ids
+            marks = ",".join("?" * len(job_ids))
+            where.append(f"(job_id IN ({marks}) OR array_job_id IN ({marks}))")
+            args += job_ids + job_ids
         if uid is not None:
             where.append("uid=?")
             args.append(uid)
