@@ -58,6 +58,8 @@ class Agent:
         self.trash = os.path.join(self.spool, ".trash")
         os.makedirs(self.trash, mode=0o700, exist_ok=True)
         self._purging = False
+        self._hc: asyncio.Task | None = None
+        self.heartbeat_s = HEARTBEAT_S
         self.jobs: dict[tuple[int, int], dict] = {}   # (job_id, run) -> {"pid", "pidfd", "dir"}
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
@@ -391,8 +393,11 @@ class Agent:
                 return False
             for jid in reply.get("kill", []):
                 self._kill_unknown(jid)
+            self.heartbeat_s = max(0.5, min(HEARTBEAT_S, (reply.get("slurmd_timeout") or 20) / 4))
             log.info("registered with controller as %s", self.name)
             hb = asyncio.create_task(self._heartbeat())
+            if self.cfg.health_check_program and self.cfg.health_check_interval > 0 and not self._hc:
+                self._hc = asyncio.create_task(self._health_loop())
             while True:
                 msg = await read_frame(reader)
                 if msg is None:
@@ -410,9 +415,35 @@ class Agent:
             self.writer = None
         return True
 
+    async def _health_loop(self) -> None:
+        """Run HealthCheckProgram every HealthCheckInterval seconds (as root, with the node's
+        name in the environment); a non-zero exit drains the node with the program's output,
+        a later success undoes it. NVIDIA GPU health (XID/ECC/lost GPUs) comes from NVML
+        when the library and a GPU are present."""
+        prog = self.cfg.health_check_program
+        interval = self.cfg.health_check_interval
+        while True:
+            ok, message = True, ""
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    prog, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                    env={**os.environ, "SLURMD_NODENAME": self.name, "MUSTER_NODE": self.name})
+                out, _ = await asyncio.wait_for(proc.communicate(), timeout=max(5, interval))
+                ok = proc.returncode == 0
+                message = (out.decode(errors="replace").strip().splitlines() or [""])[-1]
+                if not ok and not message:
+                    message = f"HealthCheckProgram exited {proc.returncode}"
+            except (OSError, asyncio.TimeoutError) as exc:
+                ok, message = False, f"HealthCheckProgram failed: {exc}"
+            gpu_problem = _nvml_problem()
+            if gpu_problem:
+                ok, message = False, gpu_problem
+            self._send({"op": "health", "ok": ok, "message": message})
+            await asyncio.sleep(interval)
+
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(HEARTBEAT_S)
+            await asyncio.sleep(self.heartbeat_s)
             try:
                 load = os.getloadavg()[0]
             except OSError:
@@ -423,6 +454,38 @@ class Agent:
                 self._send({"op": "job_ended", **status})
             for status in list(self.unacked_steps.values()):
                 self._send({"op": "step_ended", **status})
+
+
+def _nvml_problem() -> str | None:
+    """A short description of a sick NVIDIA GPU (ECC uncorrectable errors, a GPU lost), or
+    None when all is well or NVML is not available (no NVIDIA GPU, library missing)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            except Exception:
+                return f"GPU {i} lost"
+            try:
+                ecc = pynvml.nvmlDeviceGetTotalEccErrors(
+                    h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)
+                if ecc:
+                    return f"GPU {i}: {ecc} uncorrectable ECC errors"
+            except Exception:
+                pass  # ECC not supported on this GPU
+        return None
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
 
 
 def _is_local_addr(addr: str | None) -> bool:

@@ -167,7 +167,7 @@ def cmd_up(args) -> int:
         glob = {"SlurmctldHost": "localhost(127.0.0.1)", "SlurmctldPort": _free_port(),
                 "StateSaveLocation": state, "SlurmdSpoolDir": os.path.join(state, "spool", "%n"),
                 "AuthInfo": f"key={key}", "KillWait": 30, "MinJobAge": 300,
-                "SlurmdTimeout": 30, "ReturnToService": 2, "MaxArraySize": 10001,
+                "SlurmdTimeout": 12, "ReturnToService": 2, "MaxArraySize": 10001,
                 "DefMemPerCPU": max(1, mem // max(1, cpus)), "SelectType": "select/cons_tres",
                 "SelectTypeParameters": "CR_Core_Memory"}
         if gpus:
@@ -350,6 +350,10 @@ def _main() -> int:
     st = sub.add_parser("status", help="show daemons, nodes and config")
     st.add_argument("--state-dir")
     st.add_argument("--json", action="store_true")
+    sub.add_parser("sim", add_help=False, help="replay a job trace in virtual time (muster sim -h)")
+    if sys.argv[1:2] == ["sim"]:  # own parser; imported only when chosen (keeps muster light)
+        from muster.cli import muster_sim
+        return muster_sim.main(sys.argv[2:])
     args = ap.parse_args()
     if args.cmd == "up":
         if args.nodes < 1 or args.nodes > 10000:

@@ -174,7 +174,8 @@ class StepIO:
         self.expected_nodes: set[str] = set()
         self.conns: dict[socket.socket, dict] = {}
         self.done_nodes: set[str] = set()
-        self.lost_nodes: set[str] = set()
+        self.lost_nodes: set[str] = set()   # declared failed by the controller
+        self.suspect: set[str] = set()      # stream broke; waiting for the controller's word
         self.exits: dict[int, dict] = {}
         self.partial: dict[tuple[int, int], bytearray] = {}
         self.task_node: dict[int, str] = {}
@@ -222,7 +223,7 @@ class StepIO:
         self.send_all(io.pack(io.SIGNAL, 0, json.dumps({"signal": sig}).encode()))
 
     def finished(self) -> bool:
-        return self.expected_nodes and (self.done_nodes | self.lost_nodes) >= self.expected_nodes
+        return bool(self.expected_nodes) and (self.done_nodes | self.lost_nodes) >= self.expected_nodes
 
     def poll(self, timeout: float) -> None:
         for key, _ in self.sel.select(timeout):
@@ -290,7 +291,7 @@ class StepIO:
             pass
         conn.close()
         if info and info["node"] and info["node"] not in self.done_nodes and lost:
-            self.lost_nodes.add(info["node"])
+            self.suspect.add(info["node"])
 
     # stdin ------------------------------------------------------------------------------------
     stdin_all = False
@@ -578,6 +579,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
         signal.signal(sig, handler)
     reported_lost: set[str] = set()
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
+    next_check = 0.0
     while not sio.finished():
         sio.poll(0 if sio.stdin_file and sio.stdin_targets else 0.2)
         sio.pump_stdin_file()
@@ -595,10 +597,21 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 state["last_int"] = now
             else:
                 sio.signal_tasks(sig)
-        connected = {i["node"] for i in sio.conns.values() if i["node"]} | sio.done_nodes | sio.lost_nodes
+        connected = {i["node"] for i in sio.conns.values() if i["node"]} | sio.done_nodes | sio.suspect
         if connected < sio.expected_nodes and time.time() > connect_deadline:
-            for n in sio.expected_nodes - connected:
+            sio.suspect |= sio.expected_nodes - connected
+        if sio.suspect and time.time() >= next_check:
+            # a node's stream broke: only the controller decides whether the node failed
+            next_check = time.time() + 0.5
+            try:
+                st = ctl.call({"op": "step_status", "job_id": job_id, "step_id": reply["step_id"]})
+            except Exception:
+                st = {"running": True, "down_nodes": []}
+            for n in st.get("down_nodes", []):
                 sio.lost_nodes.add(n)
+            if not st.get("running"):
+                sio.lost_nodes |= sio.suspect - sio.done_nodes
+                break
         new_lost = sorted(sio.lost_nodes - reported_lost)
         if new_lost:
             # a node's step daemon vanished without its final report: like Slurm, the step

@@ -622,3 +622,22 @@ def step_signal(ctl, msg, uid, gid):
     step_id = msg.get("step_id")
     ctl.steps.signal(job, uid, None if step_id is None else _int(step_id), sig)
     return {}
+
+
+from muster.controller import api_ops  # noqa: E402,F401  (REST/metrics/dashboard ops)
+
+
+@op("step_status")
+def step_status(ctl, msg, uid, gid):
+    """Whether a step still runs, and which of its nodes are DOWN (srun asks when it loses a
+    node's I/O connection: only the controller decides that a node has failed)."""
+    jid = _int(msg.get("job_id"))
+    sid = _int(msg.get("step_id"), "step id")
+    job = ctl.state.jobs.get(jid)
+    step = ctl.steps.steps.get((jid, sid))
+    down = []
+    if step is not None:
+        down = [n for n in step.nodes if ctl.state.nodes[n].down]
+    running = step is not None and job is not None and job.state == RUNNING and not job.completing
+    return {"running": running, "down_nodes": down,
+            "job_state": job.state if job is not None else None}

@@ -83,8 +83,9 @@ class Controller:
         # Slurm holds a requeued job ~121 s (BeginTime); Muster defaults to 2 s
         # (SchedulerParameters=requeue_delay=N to change it)
         # Slurm's SlurmdTimeout default (300 s) leaves a dead node's jobs hanging for minutes;
-        # Muster detects a dead node within 20 s unless slurm.conf says otherwise
-        self.slurmd_timeout = cfg.slurmd_timeout if "SlurmdTimeout" in (cfg.raw or {}) else 20
+        # Muster detects a dead node within ~12 s unless slurm.conf says otherwise (agents
+        # heartbeat four times per timeout)
+        self.slurmd_timeout = cfg.slurmd_timeout if "SlurmdTimeout" in (cfg.raw or {}) else 12
         self.requeue_delay = int((getattr(cfg, "scheduler_parameters", None) or {}).get(
             "requeue_delay", 2))
         self._wake = asyncio.Event()
@@ -436,7 +437,7 @@ class Controller:
         for job in relaunch:
             self.outbox.setdefault(node.name, []).append(self.launch_message(job))
         return {"op": "registered", "ok": True, "kill": kill, "time": t,
-                "slurmd_timeout": self.cfg.slurmd_timeout}
+                "slurmd_timeout": self.slurmd_timeout}
 
     def on_agent_message(self, node, link: AgentLink, msg: dict) -> None:
         op = msg.get("op")
@@ -452,12 +453,32 @@ class Controller:
         elif op == "job_ended":
             self.job_ended(node.name, msg)
             link.send({"op": "ack", "job_id": msg.get("job_id"), "run": msg.get("run", 0)})
+        elif op == "health":
+            self.on_health(node, msg)
         elif op == "step_ended":
             self.steps.node_report(node.name, msg)
             link.send({"op": "ack_step", "job_id": msg.get("job_id"),
                        "step_id": msg.get("step_id"), "run": msg.get("run", 0)})
         else:
             log.warning("agent %s sent unknown op %r", node.name, op)
+
+    def on_health(self, node, msg: dict) -> None:
+        """HealthCheckProgram (or GPU health) on the node failed: drain it with the message;
+        a later passing check undoes a drain that the health check itself set."""
+        ok = bool(msg.get("ok"))
+        text = str(msg.get("message") or "health check failed")[:200]
+        if not ok and not node.drain:
+            node.drain, node.reason, node.reason_user, node.reason_time = True, text, "health", now()
+        elif ok and node.drain and node.reason_user == "health":
+            node.drain = False
+            node.reason = node.reason_user = node.reason_time = None
+        else:
+            return
+        with self.state.store.transaction():
+            self.state.store.put_node(node.name, node.admin_record())
+            self.state.event(None, "node_health", text if not ok else "health check passed",
+                             node=node.name)
+        self.request_schedule()
 
     def enforce_interactive_limits(self, t: int) -> None:
         """Batch jobs are timed by their supervisors; allocations without a batch script
@@ -587,6 +608,13 @@ class Controller:
             if any(s.job_id == job.job_id for s in self.steps.steps.values()):
                 self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": res.get("run", 0),
                                       "why": "cancel"})
+        code = int(res.get("exit_code") or 0)
+        if job.requeue and not job.requeue_pending and job.state == "FAILED" and code:
+            # RequeueExit / RequeueExitHold (states.md §6): the exit code asks for another run
+            if code in self.cfg.requeue_exit_hold:
+                job.requeue_pending, job.requeue_hold = True, True
+            elif code in self.cfg.requeue_exit:
+                job.requeue_pending = True
         with self.state.store.transaction():
             self.state.store.put_step(job.job_id, "batch", step)
             if job.requeue_pending:

@@ -13,14 +13,29 @@ Invariants the shell guarantees (the core does not re-validate them):
   subset of ``range(gpus)``.
 * ``JobView.blocked`` carries a reason the shell already decided (held, dependency,
   begin time, array throttle, ...); such jobs are reported, never started.
+* ``RunningView.nodes`` are the allocations already subtracted from ``NodeView.*_free``;
+  the backfill timeline gives them back at the job's estimated end.
+
+Everything added for backfill, priority, limits, preemption and topology has a default
+that switches it off, so a shell that fills only the original fields gets the original
+main scheduler.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["JobView", "NodeView", "PartitionView", "SchedConfig", "Snapshot"]
+if TYPE_CHECKING:  # placement imports this module; NodeAlloc is only a type here
+    from .placement import NodeAlloc
+
+__all__ = [
+    "AssocView", "JobView", "NodeView", "PartitionView", "QosView", "ReservationView",
+    "RunningView", "SchedConfig", "Snapshot", "SwitchView",
+]
+
+_NO: frozenset = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +58,7 @@ class NodeView:
     gpu_type: str | None = None
     usable: bool = True
     weight: int = 1
+    features: frozenset[str] = _NO
 
     @property
     def idle(self) -> bool:
@@ -69,6 +85,15 @@ class PartitionView:
     max_time: int | None = None
     max_nodes: int | None = None
     min_nodes: int = 1
+    priority_job_factor: int = 1
+    allow_accounts: frozenset[str] | None = None  # None = ALL
+    allow_groups: frozenset[str] | None = None
+    allow_qos: frozenset[str] | None = None
+    deny_accounts: frozenset[str] = _NO
+    deny_qos: frozenset[str] = _NO
+    qos: str | None = None  # partition QOS
+    preempt_mode: str | None = None  # with preempt/partition_prio; None = SchedConfig's
+    grace_time: int = 0  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +135,158 @@ class JobView:
     time_limit: int | None = None
     blocked: str | None = None
     max_starts: int = 1
+    # Accounting, priority, backfill and topology facts (all optional):
+    user: str = ""
+    group: str = ""
+    account: str = ""
+    qos: str = ""
+    time_min: int | None = None  # --time-min (minutes): backfill plans with it
+    switches: int | None = None  # --switches=N[@wait]
+    switch_wait: int | None = None  # seconds; None = SchedConfig.max_switch_wait
+    features: frozenset[str] = _NO  # --constraint (all required)
+    reservation: str | None = None  # --reservation
+    nice: int = 0
+    eligible_time: int | None = None  # accrue time for the age factor; None = submit_time
+    fixed_priority: bool = False  # admin-set priority: multifactor leaves it alone
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RunningView:
+    """A running job: what it holds (``nodes``) and when it is expected to end.
+
+    ``end_time`` = start + time limit (seconds), None when unlimited. ``nodes`` are
+    :class:`~muster.core.placement.NodeAlloc` (node, cpus, mem, gpus, tasks).
+    """
+
+    job_id: int
+    partition: str
+    nodes: tuple[NodeAlloc, ...]
+    start_time: int
+    end_time: int | None = None
+    priority: int = 1
+    user: str = ""
+    account: str = ""
+    qos: str = ""
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationView:
+    """An advance reservation of whole nodes for ``[start, end)`` (seconds)."""
+
+    name: str
+    nodes: frozenset[str]
+    start: int
+    end: int
+    users: frozenset[str] = _NO
+    accounts: frozenset[str] = _NO
+    flags: frozenset[str] = _NO
+
+    def admits(self, job: JobView) -> bool:
+        return job.reservation == self.name and (
+            (not self.users and not self.accounts)
+            or job.user in self.users or job.account in self.accounts)
+
+
+@dataclass(frozen=True, slots=True)
+class QosView:
+    """A QOS (sacctmgr): priority, limits, preemption. TRES maps: ``cpu``, ``mem`` (MB),
+    ``node``, ``gres/gpu`` → count; an absent key is no limit. ``max_wall`` in minutes."""
+
+    name: str
+    priority: int = 0
+    max_wall: int | None = None
+    max_tres_per_user: Mapping[str, int] = field(default_factory=dict)
+    max_tres_per_job: Mapping[str, int] = field(default_factory=dict)
+    max_jobs_per_user: int | None = None
+    max_submit_jobs_per_user: int | None = None
+    grp_tres: Mapping[str, int] = field(default_factory=dict)
+    grp_jobs: int | None = None
+    flags: frozenset[str] = _NO  # DenyOnLimit, NoReserve, OverPartQOS, ...
+    preempt: frozenset[str] = _NO  # QOS names this QOS may preempt
+    preempt_mode: str | None = None
+    grace_time: int = 0
+    preempt_exempt_time: int | None = None
+    usage_factor: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class AssocView:
+    """An association: an account (``user`` None) or a user in an account.
+
+    ``parent`` is the parent account (for a user: its account; None under root).
+    ``shares`` is ``Fairshare=`` (-1 = ``parent``). ``raw_usage`` is decayed usage in
+    billing-seconds (see :mod:`muster.core.fairshare`).
+    """
+
+    account: str
+    user: str | None = None
+    parent: str | None = None
+    shares: int = 1
+    raw_usage: float = 0.0
+    priority: int = 0
+    grp_tres: Mapping[str, int] = field(default_factory=dict)
+    grp_jobs: int | None = None
+    max_jobs: int | None = None
+    max_submit_jobs: int | None = None
+    max_tres_per_job: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.account, self.user)
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchView:
+    """topology.conf ``SwitchName=name Nodes=...`` (leaf) or ``Switches=...`` (inner)."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    switches: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class SchedConfig:
-    """Scheduler settings the core needs. ``0`` and None both mean "not set"."""
+    """Scheduler settings the core needs. ``0`` and None both mean "not set".
+
+    Defaults keep the plain main scheduler: no backfill, priorities as given, no limits,
+    no preemption. Times: ``bf_window`` and ``priority_max_age``-like settings are named
+    with their unit; weights are integers as in slurm.conf.
+    """
 
     def_mem_per_cpu: int | None = None
     def_mem_per_node: int | None = None
     def_mem_per_gpu: int | None = None
     max_jobs_to_start: int = 0
+    # sched/backfill
+    backfill: bool = False
+    bf_depth: int | None = 1  # reservations made: 1 = EASY, None = conservative (all)
+    bf_window: int = 1440  # minutes
+    bf_resolution: int = 60  # seconds
+    bf_max_job_test: int = 500
+    kill_wait: int = 30  # seconds
+    over_time_limit: int = 0  # minutes
+    max_switch_wait: int = 300  # seconds
+    # priority/multifactor (priority_type "basic" keeps JobView.priority)
+    priority_type: str = "basic"
+    priority_max_age: int = 7 * 86400  # seconds
+    priority_favor_small: bool = False
+    priority_flags: frozenset[str] = _NO
+    weight_age: int = 0
+    weight_assoc: int = 0
+    weight_fairshare: int = 0
+    weight_jobsize: int = 0
+    weight_partition: int = 0
+    weight_qos: int = 0
+    weight_tres: tuple[tuple[str, int], ...] = ()
+    site_factor: int = 0
+    # limits: AccountingStorageEnforce (``limits`` turns QOS/association limits on)
+    enforce: frozenset[str] = _NO
+    # preemption
+    preempt_type: str = "preempt/none"  # preempt/qos | preempt/partition_prio
+    preempt_mode: str = "OFF"  # global PreemptMode: OFF, CANCEL, REQUEUE
+    preempt_exempt_time: int = 0  # seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,14 +301,27 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     partitions: tuple[PartitionView, ...]
     pending: tuple[JobView, ...] = field(default=())
+    running: tuple[RunningView, ...] = field(default=())
+    reservations: tuple[ReservationView, ...] = field(default=())
+    qos: tuple[QosView, ...] = field(default=())
+    assocs: tuple[AssocView, ...] = field(default=())
+    switches: tuple[SwitchView, ...] = field(default=())
+    # fair-share factor per (account, user), from muster.core.fairshare (input to priority)
+    fairshare: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         parts = self.partitions
         if isinstance(parts, Mapping):
             parts = tuple(parts[k] for k in sorted(parts))
         object.__setattr__(self, "partitions", tuple(parts))
-        object.__setattr__(self, "nodes", tuple(self.nodes))
-        object.__setattr__(self, "pending", tuple(self.pending))
+        for name in ("nodes", "pending", "running", "reservations", "qos", "assocs", "switches"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def partition_map(self) -> dict[str, PartitionView]:
         return {p.name: p for p in self.partitions}
+
+    def qos_map(self) -> dict[str, QosView]:
+        return {q.name: q for q in self.qos}
+
+    def assoc_map(self) -> dict[tuple[str, str | None], AssocView]:
+        return {a.key: a for a in self.assocs}

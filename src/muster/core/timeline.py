@@ -1,0 +1,393 @@
+"""Free resources over time: a per-node breakpoint profile and earliest-start search.
+
+Contract:
+
+* A :class:`Timeline` holds, for every node (by position = order of ``NodeView.index``),
+  a step function of free CPUs, free memory and the *set* of free GPU indices (an int
+  bitmask, bit ``i`` = GPU ``i``) over integer seconds ``[now, ∞)``: breakpoints ``ts``
+  ascending, ``ts[0] == now``, value ``j`` holding on ``[ts[j], ts[j+1])``, the last one
+  forever. Unusable nodes are empty forever.
+* Resources only come back at the estimated end of running jobs (:meth:`build`); the
+  scheduler then only takes them away (:meth:`reserve` for starts now and for future
+  reservations). Because the profile only shrinks during a cycle, an earlier answer
+  to "earliest start from now" is a *lower bound* for every later one: the search
+  caches per (candidate set, per-node shape, duration) a lazy min-heap of per-node
+  lower bounds, refreshed only for nodes whose version changed (:meth:`earliest`).
+* "Fits on node ``p`` for ``[t, t+d)``": free CPUs and memory are at least the need in
+  every interval overlapping the window, and the *intersection* of the free GPU sets over
+  those intervals has at least the needed number of GPUs (a job keeps its GPU indices).
+* :meth:`earliest` answers "the earliest ``T >= now`` (and ``<= horizon``) at which
+  ``k`` candidate nodes each fit the shape for ``[T, T+d)``" exactly, together with the
+  best-fit choice of nodes at ``T``. Shapes that are not one per-node need (``-n``
+  spread over nodes, ``--gpus`` over several nodes, ``-w``) use
+  :meth:`earliest_general`: the placement rules over window views at each breakpoint.
+
+Integers only; no clock, no randomness; same calls → same answers.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from heapq import heapify, heappop, heappush
+
+from .placement import Allocation, Request, place_request
+from .snapshot import JobView, NodeView
+
+__all__ = ["INF", "Shape", "Timeline", "gpu_mask", "mask_gpus"]
+
+INF = 1 << 62
+
+
+def gpu_mask(gpus: Iterable[int]) -> int:
+    m = 0
+    for g in gpus:
+        m |= 1 << g
+    return m
+
+
+def mask_gpus(mask: int) -> tuple[int, ...]:
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return tuple(out)
+
+
+class Shape(tuple):
+    """Per-node need ``(cpus, mem, gpus, mem_all, exclusive)`` (a hashable tuple).
+
+    ``mem_all``: the node's whole memory must be free; ``exclusive``: the whole node.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, cpus: int, mem: int, gpus: int, mem_all: bool = False,
+                exclusive: bool = False) -> Shape:
+        return tuple.__new__(cls, (cpus, mem, gpus, mem_all, exclusive))
+
+
+class Timeline:
+    """The free-resource profile of one cycle (see module doc)."""
+
+    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap",
+                 "_heaps", "_durs", "_views")
+
+    def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
+        self.now = now
+        self.nodes = sorted(nodes, key=lambda n: n.index)
+        self.pos = {n.name: i for i, n in enumerate(self.nodes)}
+        self.ts: list[list[int]] = []
+        self.cs: list[list[int]] = []
+        self.ms: list[list[int]] = []
+        self.gs: list[list[int]] = []
+        self.cap: list[tuple[int, int, int, int]] = []  # cpus, mem, gpus, weight
+        for n in self.nodes:
+            self.ts.append([now])
+            if n.usable:
+                self.cs.append([n.cpus_free])
+                self.ms.append([n.mem_free])
+                self.gs.append([gpu_mask(n.gpus_free)])
+            else:
+                self.cs.append([0])
+                self.ms.append([0])
+                self.gs.append([0])
+            self.cap.append((n.cpus, n.mem, n.gpus, n.weight))
+        self.ver = [0] * len(self.nodes)
+        self._heaps: dict[tuple, list] = {}
+        self._durs: dict[tuple, list[int]] = {}
+        self._views: list[NodeView | None] = [None] * len(self.nodes)
+
+    @classmethod
+    def build(
+        cls, now: int, nodes: Sequence[NodeView],
+        releases: Iterable[tuple[str, int, int, int, tuple[int, ...]]],
+    ) -> Timeline:
+        """Profile from free-now plus ``releases`` (node, time, cpus, mem, gpus) > now."""
+        tl = cls(now, nodes)
+        per: dict[int, list[tuple[int, int, int, int]]] = {}
+        pos = tl.pos
+        for name, t, c, m, g in releases:
+            p = pos.get(name)
+            if p is None or t <= now or not tl.nodes[p].usable:
+                continue
+            per.setdefault(p, []).append((t, c, m, gpu_mask(g)))
+        for p, rel in per.items():
+            rel.sort()
+            ts, cs, ms, gs = tl.ts[p], tl.cs[p], tl.ms[p], tl.gs[p]
+            c, m, g = cs[0], ms[0], gs[0]
+            for t, dc, dm, dg in rel:
+                c, m, g = c + dc, m + dm, g | dg
+                if ts[-1] == t:
+                    cs[-1], ms[-1], gs[-1] = c, m, g
+                else:
+                    ts.append(t)
+                    cs.append(c)
+                    ms.append(m)
+                    gs.append(g)
+        return tl
+
+    # ---- profile queries and updates -------------------------------------------------
+
+    def _split(self, p: int, t: int) -> int:
+        ts = self.ts[p]
+        i = bisect_left(ts, t)
+        if i < len(ts) and ts[i] == t:
+            return i
+        cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
+        ts.insert(i, t)
+        cs.insert(i, cs[i - 1])
+        ms.insert(i, ms[i - 1])
+        gs.insert(i, gs[i - 1])
+        return i
+
+    def reserve(self, p: int, t0: int, t1: int, cpus: int, mem: int, gmask: int) -> None:
+        """Take ``cpus``, ``mem`` and the GPUs of ``gmask`` on node ``p`` for ``[t0, t1)``."""
+        t0 = max(t0, self.now)
+        if t1 <= t0:
+            return
+        i0 = self._split(p, t0)
+        i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
+        cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
+        keep = ~gmask
+        for j in range(i0, i1):
+            cs[j] -= cpus
+            ms[j] -= mem
+            gs[j] &= keep
+        self.ver[p] += 1
+        self._views[p] = None
+
+    def block(self, p: int, t0: int, t1: int) -> None:
+        """Make node ``p`` unavailable for ``[t0, t1)`` (advance reservation barrier)."""
+        t0 = max(t0, self.now)
+        if t1 <= t0:
+            return
+        i0 = self._split(p, t0)
+        i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
+        cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
+        for j in range(i0, i1):
+            cs[j] = 0
+            ms[j] = 0
+            gs[j] = 0
+        self.ver[p] += 1
+        self._views[p] = None
+
+    def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
+        """(min free CPUs, min free memory, GPUs free throughout) on ``[t, t+d)``."""
+        ts, cs, ms, gs = self.ts[p], self.cs[p], self.ms[p], self.gs[p]
+        i = bisect_right(ts, t) - 1
+        c, m, g = cs[i], ms[i], gs[i]
+        end = t + d
+        j, n = i + 1, len(ts)
+        while j < n and ts[j] < end:
+            if cs[j] < c:
+                c = cs[j]
+            if ms[j] < m:
+                m = ms[j]
+            g &= gs[j]
+            j += 1
+        return c, m, g
+
+    def fit_until(self, p: int, t: int, cpus: int, mem: int, gmask: int) -> int:
+        """First time ``>= t`` at which node ``p`` can no longer hold exactly this."""
+        ts, cs, ms, gs = self.ts[p], self.cs[p], self.ms[p], self.gs[p]
+        i = bisect_right(ts, t) - 1
+        for j in range(i, len(ts)):
+            if cs[j] < cpus or ms[j] < mem or gs[j] & gmask != gmask:
+                return max(t, ts[j])
+        return INF
+
+    def need(self, p: int, shape: Shape) -> tuple[int, int, int]:
+        c, m, g, m_all, excl = shape
+        if excl:
+            cap = self.cap[p]
+            return cap[0], cap[1], cap[2]
+        if m_all:
+            return c, self.cap[p][1], g
+        return c, m, g
+
+    def next_fit(self, p: int, t: int, d: int, c: int, m: int, g: int):
+        """Earliest ``s >= t`` with node ``p`` fitting ``(c, m, g)`` on ``[s, s+d)``:
+        ``(s, min cpus, min mem, GPU mask)`` over that window, or None (never)."""
+        ts, cs, ms, gs = self.ts[p], self.cs[p], self.ms[p], self.gs[p]
+        n = len(ts)
+        i = bisect_right(ts, t) - 1
+        while i < n:
+            mc, mm, mask = cs[i], ms[i], gs[i]
+            if mc < c or mm < m or mask.bit_count() < g:
+                i += 1
+                continue
+            s = ts[i] if ts[i] > t else t
+            end = s + d
+            j = i + 1
+            nxt = -1
+            while j < n and ts[j] < end:
+                cj, mj, gj = cs[j], ms[j], gs[j]
+                if cj < c or mj < m:
+                    nxt = j + 1
+                    break
+                nm = mask & gj
+                if nm.bit_count() < g:
+                    nxt = j + 1 if gj.bit_count() < g else i + 1
+                    break
+                if cj < mc:
+                    mc = cj
+                if mj < mm:
+                    mm = mj
+                mask = nm
+                j += 1
+            if nxt < 0:
+                return s, mc, mm, mask
+            i = nxt
+        return None
+
+    def view(self, p: int, t: int, d: int) -> NodeView:
+        """Node ``p`` as a :class:`NodeView` whose free resources are the window's."""
+        c, m, g = self.window(p, t, d)
+        n = self.nodes[p]
+        return NodeView(
+            name=n.name, index=n.index, partitions=n.partitions, cpus=n.cpus,
+            cpus_free=max(0, c), mem=n.mem, mem_free=max(0, m), gpus=n.gpus,
+            gpus_free=mask_gpus(g), gpu_type=n.gpu_type, usable=n.usable,
+            weight=n.weight, features=n.features,
+        )
+
+    def breakpoints(self, cands: Iterable[int], lo: int, hi: int) -> list[int]:
+        """Distinct breakpoint times in ``[lo, hi]`` over ``cands`` (and ``lo``), sorted."""
+        out = {lo}
+        for p in cands:
+            ts = self.ts[p]
+            for t in ts[bisect_left(ts, lo):bisect_right(ts, hi)]:
+                out.add(t)
+        return sorted(out)
+
+    # ---- earliest start ---------------------------------------------------------------
+
+    def _entry(self, p: int, t: int, d: int, shape: Shape):
+        c, m, g = self.need(p, shape)
+        r = self.next_fit(p, t, d, c, m, g)
+        if r is None:
+            return None
+        s, mc, mm, mask = r
+        return (s, self.cap[p][3], mask.bit_count(), mc, mm, p, self.ver[p])
+
+    def _heap(self, ck: tuple, cands: Sequence[int], shape: Shape, d: int) -> list:
+        key = (ck, shape, d)
+        heap = self._heaps.get(key)
+        if heap is not None:
+            return heap
+        durs = self._durs.setdefault((ck, shape), [])
+        i = bisect_right(durs, d)
+        if i:  # a shorter duration's answers are lower bounds for this one
+            donor = self._heaps[(ck, shape, durs[i - 1])]
+            heap = [(e[0], e[1], e[2], e[3], e[4], e[5], -1) for e in donor]
+        else:
+            now, cap = self.now, self.cap
+            heap = [(now, cap[p][3], 0, 0, 0, p, -1) for p in cands]
+        heapify(heap)
+        durs.insert(i, d)
+        self._heaps[key] = heap
+        return heap
+
+    def earliest(
+        self,
+        ck: tuple,
+        cands: Sequence[int],
+        shape: Shape,
+        d: int,
+        k: int,
+        horizon: int,
+        select: Callable[[int, list[tuple]], list[int] | None] | None = None,
+    ) -> tuple[int, list[int]] | None:
+        """Earliest ``T`` in ``[now, horizon]`` with ``k`` of ``cands`` fitting ``shape``
+        for ``[T, T+d)``, and the chosen node positions (best fit: least free first).
+
+        ``ck`` names the candidate set (cache key). ``select(T, fitting)`` may pick ``k``
+        nodes from the fitting ones (sorted best fit first; entries
+        ``(weight, gpus, cpus, mem, p)``) or refuse with None (topology): the search
+        then goes on to later times.
+        """
+        heap = self._heap(ck, cands, shape, d)
+        ver, now = self.ver, self.now
+        taken: list[tuple] = []
+        local: list[tuple] = []
+        active: list[int] = []
+        T = now
+        result = None
+        while True:
+            while heap:
+                e = heap[0]
+                if e[6] == ver[e[5]]:
+                    break
+                heappop(heap)
+                r = self._entry(e[5], now, d, shape)
+                if r is not None:
+                    heappush(heap, r)
+            st = heap[0][0] if heap else INF
+            lt = local[0][0] if local else INF
+            if st <= lt:
+                if st > horizon:
+                    break
+                e = heappop(heap)
+                taken.append(e)
+            else:
+                if lt > horizon:
+                    break
+                e = heappop(local)
+            if e[0] > T:
+                T = e[0]
+            active.append(e[5])
+            if len(active) < k:
+                continue
+            if k == 1 and select is None:
+                result = (T, active)
+                break
+            fitting = []
+            for q in active:
+                c, m, g = self.need(q, shape)
+                wc, wm, wg = self.window(q, T, d)
+                if wc >= c and wm >= m and wg.bit_count() >= g:
+                    fitting.append((self.cap[q][3], wg.bit_count(), wc, wm, q))
+                else:
+                    r = self._entry(q, T, d, shape)
+                    if r is not None:
+                        heappush(local, r)
+            if len(fitting) >= k:
+                fitting.sort()
+                chosen = select(T, fitting) if select is not None else [f[4] for f in fitting[:k]]
+                if chosen is not None:
+                    result = (T, chosen)
+                    break
+            active = [f[4] for f in fitting]
+        for e in taken:
+            heappush(heap, e)
+        return result
+
+    def earliest_general(
+        self,
+        job: JobView,
+        rq: Request,
+        cands: Sequence[int],
+        d: int,
+        horizon: int,
+        max_tests: int = 64,
+    ) -> tuple[int, Allocation] | None:
+        """Earliest start for any request shape: placement on window views at each
+        breakpoint in ``[now, horizon]`` (at most ``max_tests`` of them)."""
+        for T in self.breakpoints(cands, self.now, horizon)[:max_tests]:
+            views = []
+            for p in cands:
+                v = self.view(p, T, d)
+                if v.cpus_free > 0:
+                    views.append(v)
+            got = place_request(job, rq, views)
+            if got is not None:
+                return T, got
+        return None
+
+    def commit(self, alloc: Allocation, t0: int, t1: int) -> None:
+        """Reserve an allocation's CPUs, memory and GPU indices on ``[t0, t1)``."""
+        pos = self.pos
+        for a in alloc.nodes:
+            self.reserve(pos[a.node], t0, t1, a.cpus, a.mem, gpu_mask(a.gpus))

@@ -1,0 +1,147 @@
+"""The simulated machine: core :class:`~muster.core.NodeView`s and one partition.
+
+Three sources, first that applies: a slurm.conf (``from_config``, via
+:func:`muster.config.load`), explicit sizes (``from_flags``), or the trace itself
+(``from_trace``: SWF ``MaxProcs`` processors; Alibaba's node list; for ITP/Philly
+8-GPU nodes sized to the peak GPU demand of the replayed jobs if every job had started at
+submit).
+
+Memory is simulated only when the trace records it (Alibaba). Otherwise every node gets
+1 MB per CPU and every job asks 1 MB per CPU, so memory never binds and is not reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from muster.core import NodeView, PartitionView, SchedConfig
+
+from .traces import Trace, TraceJob
+
+__all__ = ["SimCluster", "from_config", "from_flags", "from_trace", "peak_gpu_demand"]
+
+PARTITION = "sim"
+
+
+@dataclass(frozen=True)
+class SimCluster:
+    nodes: tuple[NodeView, ...]
+    partition: PartitionView
+    sched: SchedConfig
+    mem_simulated: bool
+    source: str  # how it was sized, in words
+
+    @property
+    def total_cpus(self) -> int:
+        return sum(n.cpus for n in self.nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.nodes)
+
+    def describe(self) -> str:
+        kinds: dict[tuple, int] = {}
+        for n in self.nodes:
+            k = (n.cpus, n.gpus, n.gpu_type)
+            kinds[k] = kinds.get(k, 0) + 1
+        parts = []
+        for (c, g, t), cnt in sorted(kinds.items(), key=lambda kv: -kv[1])[:4]:
+            gp = f", {g} GPU{'s' if g != 1 else ''}{' ' + t if t else ''}" if g else ""
+            parts.append(f"{cnt} × ({c} CPUs{gp})")
+        more = "" if len(kinds) <= 4 else f" + {len(kinds) - 4} more shapes"
+        return f"{len(self.nodes)} nodes: " + "; ".join(parts) + more + f" [{self.source}]"
+
+
+def _node(i: int, name: str, cpus: int, mem: int | None, gpus: int, gtype: str | None,
+          weight: int = 1) -> NodeView:
+    mem = cpus if mem is None else mem
+    return NodeView(name=name, index=i, partitions=frozenset({PARTITION}), cpus=cpus,
+                    cpus_free=cpus, mem=mem, mem_free=mem, gpus=gpus,
+                    gpus_free=tuple(range(gpus)), gpu_type=gtype, weight=weight)
+
+
+def _make(nodes: list[NodeView], mem: bool, source: str, sched: SchedConfig | None = None,
+          max_time: int | None = None) -> SimCluster:
+    part = PartitionView(name=PARTITION, node_names=tuple(n.name for n in nodes),
+                         max_time=max_time)
+    return SimCluster(nodes=tuple(nodes), partition=part, sched=sched or SchedConfig(),
+                      mem_simulated=mem, source=source)
+
+
+def from_flags(nodes: int, cpus_per_node: int, gpus_per_node: int = 0,
+               gpu_type: str | None = None) -> SimCluster:
+    if nodes < 1 or cpus_per_node < 1 or gpus_per_node < 0:
+        raise ValueError("--nodes and --cpus-per-node must be ≥ 1, --gpus-per-node ≥ 0")
+    w = len(str(nodes))
+    ns = [_node(i, f"n{i:0{w}d}", cpus_per_node, None, gpus_per_node, gpu_type)
+          for i in range(nodes)]
+    return _make(ns, False, "flags")
+
+
+def from_config(path: str, *, partition: str | None = None, trace_mem: bool = False) -> SimCluster:
+    """Nodes and the default (or named) partition of a slurm.conf; memory from RealMemory
+    only when the trace records memory."""
+    from muster.config import load
+
+    cfg = load(path)
+    parts = cfg.partitions
+    if partition is None:
+        pc = next((p for p in parts.values() if p.default), None) or next(iter(parts.values()), None)
+    else:
+        pc = parts.get(partition)
+    if pc is None:
+        raise ValueError(f"{path}: no partition {partition!r}" if partition else
+                         f"{path}: no partition defined")
+    ns = []
+    for i, name in enumerate(pc.nodes):
+        nc = cfg.nodes[name]
+        gpus, gtype = 0, None
+        for g in nc.gres:
+            if g.name == "gpu":
+                gpus += g.count
+                gtype = gtype or g.type
+        ns.append(_node(i, name, nc.cpus, nc.real_memory if trace_mem else None, gpus, gtype,
+                        nc.weight))
+    sched = SchedConfig()
+    if trace_mem:
+        sched = SchedConfig(def_mem_per_cpu=cfg.def_mem_per_cpu or None,
+                            def_mem_per_node=cfg.def_mem_per_node or None,
+                            def_mem_per_gpu=cfg.def_mem_per_gpu or None)
+    return _make(ns, trace_mem, f"{path}, partition {pc.name}", sched, pc.max_time)
+
+
+def peak_gpu_demand(jobs: list[TraceJob]) -> int:
+    """Most GPUs in use at once if every job started at its submit time."""
+    ev: list[tuple[int, int]] = []
+    for j in jobs:
+        ev.append((j.submit, j.gpus))
+        ev.append((j.submit + j.run, -j.gpus))
+    ev.sort(key=lambda e: (e[0], e[1]))  # ends (negative) before starts at the same time
+    cur = peak = 0
+    for _, d in ev:
+        cur += d
+        peak = max(peak, cur)
+    return peak
+
+
+def from_trace(trace: Trace, jobs: list[TraceJob], *, gpus_per_node: int = 8,
+               cpus_per_node: int | None = None) -> SimCluster:
+    if trace.fmt == "swf":
+        procs = trace.max_procs or trace.max_nodes or max((j.cpus for j in jobs), default=1)
+        if cpus_per_node and procs % cpus_per_node == 0:
+            return from_flags(procs // cpus_per_node, cpus_per_node)
+        # processors are fungible in SWF: one node holding them all (fastest, exact)
+        c = from_flags(1, procs)
+        return SimCluster(c.nodes, c.partition, c.sched, False,
+                          f"SWF MaxProcs {procs}, processors pooled")
+    if trace.nodes:
+        ns = [_node(i, s.name, s.cpus, s.mem, s.gpus, s.gpu_type)
+              for i, s in enumerate(trace.nodes)]
+        return _make(ns, True, "trace node list")
+    peak = peak_gpu_demand(jobs)
+    biggest = max((j.gpus for j in jobs), default=gpus_per_node)
+    n = max(1, -(-max(peak, biggest) // gpus_per_node))
+    c = from_flags(n, cpus_per_node or 8 * gpus_per_node, gpus_per_node)
+    return SimCluster(c.nodes, c.partition, c.sched, False,
+                      f"{n} × {gpus_per_node}-GPU nodes = peak demand at submit ({peak} GPUs)")
+
