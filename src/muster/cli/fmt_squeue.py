@@ -319,7 +319,13 @@ def sort_jobs(jobs: list[dict], sort: str | None, now: int, start: bool = False)
         out = sorted(jobs, key=lambda j: (j["job_id"], j.get("array_task_id") or 0))
         return sorted(out, key=lambda j: _sort_start(j, now))
     if sort is None:
-        sort = "P,t,-p"
+        # the default "P,t,-p" as one sort on a composite key (same order as three stable
+        # passes: priorities are numbers, so descending is a negation)
+        out = _base_order(jobs)
+        codes = STATE_CODES
+        return sorted(out, key=lambda j: (j.get("partition") or "",
+                                          codes.get(j.get("state"), j.get("state", "")),
+                                          -_prio(j)))
     out = _base_order(jobs)
     keys = [k.strip() for k in sort.split(",") if k.strip()]
     for k in reversed(keys):

@@ -34,8 +34,7 @@ Public API
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from _collections_abc import Callable, Iterable, Sequence
 
 __all__ = [
     "NO_ARG",
@@ -106,9 +105,9 @@ class OptSpec:
         long: str | Sequence[str] | None,
         arg: int = NO_ARG,
         dest: str | None = None,
-        convert: Callable[[str], Any] | None = None,
+        convert: Callable[[str], object] | None = None,
         action: str | None = None,
-        const: Any = True,
+        const: object = True,
     ):
         if short is not None and len(short) != 1:
             raise ValueError(f"short option must be one character: {short!r}")
@@ -289,19 +288,19 @@ class GetoptParser:
         return occ, operands
 
     def parse_into(
-        self, argv: Sequence[str], values: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], list[str]]:
+        self, argv: Sequence[str], values: dict[str, object] | None = None
+    ) -> tuple[dict[str, object], list[str]]:
         """Parse and apply each option's action; returns ``(values, operands)``.
 
         Converter exceptions propagate unchanged (the caller knows how to word them).
         """
         occ, operands = self.parse(argv)
-        out: dict[str, Any] = {} if values is None else values
+        out: dict[str, object] = {} if values is None else values
         apply_occurrences(occ, out)
         return out, operands
 
 
-def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, Any]) -> dict[str, Any]:
+def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, object]) -> dict[str, object]:
     """Apply the actions of parsed options to ``out`` (dest → value)."""
     for o in occ:
         spec = o.spec
@@ -311,7 +310,7 @@ def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, Any]) -> dict[st
         if spec.action == "store_const" and o.value is None:
             out[spec.dest] = spec.const
             continue
-        value: Any = o.value
+        value: object = o.value
         if value is None and spec.arg == OPTIONAL:
             value = spec.const
         elif spec.convert is not None:

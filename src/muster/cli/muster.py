@@ -218,8 +218,51 @@ def cmd_up(args) -> int:
         if time.time() > deadline:
             raise CliExit(["muster: error: not every node registered in time"], 1)
         time.sleep(0.05)
+    api = _start_restd(state, conf, logdir, record, deadline)
     print(f"Muster cluster up: {len(cfg.nodes)} nodes, config {conf}")
+    if api:
+        print(f"REST API:   {api['url']}  (dashboard {api['dashboard']}, metrics {api['metrics']})")
     return 0
+
+
+RESTD_INFO = "musterrestd.json"
+
+
+def _start_restd(state: str, conf: str, logdir: str, record: dict, deadline: float) -> dict | None:
+    """Start musterrestd (REST API, /metrics, dashboard) on a free loopback port when its
+    dependencies (the ``api`` extra) are installed; MUSTER_NO_API=1 skips it."""
+    import importlib.util
+    info_path = os.path.join(state, RESTD_INFO)
+    if os.path.exists(info_path):
+        os.unlink(info_path)
+    if os.environ.get("MUSTER_NO_API") or not all(
+            importlib.util.find_spec(m) for m in ("starlette", "uvicorn", "jwt", "prometheus_client")):
+        return None
+    port = _free_port()
+    pid = _spawn([_bin("musterrestd"), "-f", conf, "--listen", f"127.0.0.1:{port}",
+                  "-L", os.path.join(logdir, "musterrestd.log")],
+                 os.path.join(logdir, "musterrestd.out"))
+    record["restd"] = pid
+    _write_pids(state, record)
+    while True:
+        with socket.socket() as s:
+            s.settimeout(1)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        if not _alive(pid):
+            raise CliExit([f"muster: error: musterrestd exited during start-up; see {logdir}/musterrestd.*"], 1)
+        if time.time() > deadline:
+            raise CliExit(["muster: error: musterrestd did not start in time"], 1)
+        time.sleep(0.05)
+    url = f"http://127.0.0.1:{port}"
+    info = {"pid": pid, "host": "127.0.0.1", "port": port, "url": url,
+            "dashboard": f"{url}/dashboard/", "metrics": f"{url}/metrics",
+            "openapi": f"{url}/openapi.json"}
+    tmp = info_path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(info, fh)
+    os.replace(tmp, info_path)
+    return info
 
 
 def _write_pids(state: str, record: dict) -> None:
@@ -247,7 +290,8 @@ def cmd_down(args) -> int:
     rec = _read_pids(state)
     if not rec:
         raise CliExit([f"muster: error: no cluster is running from {state}"], 1)
-    procs = list(dict.fromkeys(p for p in [rec.get("controller"), *rec.get("agents", {}).values()] if p))
+    procs = list(dict.fromkeys(p for p in [rec.get("restd"), rec.get("controller"),
+                                           *rec.get("agents", {}).values()] if p))
     for pid in procs:
         _signal(pid, signal.SIGTERM)
     # jobs run under per-job supervisors that outlive their agent on purpose: stop them too
@@ -276,6 +320,10 @@ def cmd_down(args) -> int:
         if _alive(pid):
             _signal(pid, signal.SIGKILL)
     os.unlink(os.path.join(state, PIDS))
+    try:
+        os.unlink(os.path.join(state, RESTD_INFO))
+    except FileNotFoundError:
+        pass
     print("Muster cluster stopped")
     return 0
 
@@ -301,10 +349,19 @@ def cmd_status(args) -> int:
     if rec.get("controller"):
         daemons.append({"name": "musterctld", "pid": rec["controller"],
                         "running": _alive(rec["controller"])})
+    api = None
+    if rec.get("restd"):
+        daemons.append({"name": "musterrestd", "pid": rec["restd"], "running": _alive(rec["restd"])})
+        try:
+            with open(os.path.join(state, RESTD_INFO)) as fh:
+                api = json.load(fh)
+            api["running"] = _alive(rec["restd"])
+        except (OSError, ValueError):
+            api = None
     for n, pid in (rec.get("agents") or {}).items():
         daemons.append({"name": f"musterd {n}", "node": n, "pid": pid, "running": _alive(pid)})
     out = {"state_dir": state, "config": conf, "controller_responding": info is not None,
-           "cluster": info and info.get("cluster"), "daemons": daemons,
+           "cluster": info and info.get("cluster"), "daemons": daemons, "api": api,
            "nodes": [{"name": n["name"], "addr": n["addr"], "state": n["state"],
                       "flags": n["flags"], "cpus": n["cpus"], "gpus": n["gpus_total"]}
                      for n in nodes]}
@@ -317,6 +374,10 @@ def cmd_status(args) -> int:
     print(f"Config:     {conf}")
     print(f"State dir:  {state}")
     print(f"Controller: {'responding' if info else 'NOT responding'}")
+    if api:
+        print(f"REST API:   {api['url']}  ({'running' if api['running'] else 'NOT running'})")
+        print(f"Dashboard:  {api['dashboard']}")
+        print(f"Metrics:    {api['metrics']}")
     for d in daemons:
         print(f"  {d['name']:<16} pid {d['pid']:<8} {'running' if d['running'] else 'stopped'}")
     for n in out["nodes"]:

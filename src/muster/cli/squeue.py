@@ -9,6 +9,11 @@ import time
 from muster.cli.client import call, run_main
 from muster.cli.getopt import NO_ARG, REQUIRED, CliExit, GetoptParser, OptSpec
 
+# what the built-in formats (default, -l, --start) and the default sort read
+LIGHT_FIELDS = ["job_id", "array_job_id", "array_task_id", "array_task_str", "array_max_tasks",
+                "partition", "name", "user", "state", "reason", "reason_desc", "start_time",
+                "end_time", "time_limit", "num_nodes", "node_list", "priority", "sched_nodes"]
+
 DEFAULT_STATES = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT"}
 
 PARSER = GetoptParser("squeue", [
@@ -81,6 +86,17 @@ def _main() -> int:
             except KeyError:
                 sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
                 bad_user = True
+    if states is None:
+        msg["states"] = sorted(DEFAULT_STATES)
+    elif "ALL" not in states:
+        msg["states"] = sorted(states)
+    if uids and not bad_user:
+        msg["uids"] = sorted(uids)
+    custom = (opts.get("format") or opts.get("Format") or env.get("SQUEUE_FORMAT")
+              or env.get("SQUEUE_FORMAT2") or opts.get("sort") or env.get("SQUEUE_SORT"))
+    if not custom:
+        msg["fields"] = LIGHT_FIELDS
+        msg["rows"] = True
     iterate = opts.get("iterate")
     from muster.common.errors import InvalidJobId
     while True:
@@ -88,7 +104,11 @@ def _main() -> int:
             reply = call(msg)
         except InvalidJobId:
             raise CliExit(["slurm_load_jobs error: Invalid job id specified"], 1) from None
-        jobs = reply["jobs"]
+        if "rows" in reply:
+            names = reply["fields"]
+            jobs = [dict(zip(names, row)) for row in reply["rows"]]
+        else:
+            jobs = reply["jobs"]
         if states is None:
             jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]
         elif "ALL" not in states:

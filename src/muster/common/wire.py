@@ -4,15 +4,16 @@ A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON 
 Frames larger than ``MAX_FRAME`` are refused before anything is allocated for them, so a
 garbage or hostile length cannot make a daemon allocate gigabytes.
 
-The CLI uses the blocking helpers here (one request, one reply, close). The daemons use their
-own asyncio reader built on the same constants.
+The CLI uses the blocking helpers here (one request, one reply, close) with plain ``_socket``
+objects and ``litejson`` (both avoid modules that cost milliseconds at start-up). The daemons
+use their own asyncio reader built on the same constants.
 """
 
 from __future__ import annotations
 
-import json
-import socket
 import struct
+
+from muster.common import litejson
 
 HEADER = struct.Struct(">I")
 MAX_FRAME = 16 * 1024 * 1024  # a 4 MiB script JSON-escaped, plus its environment, fits
@@ -27,13 +28,13 @@ def encode(obj: dict) -> bytes:
     # ensure_ascii=False + "replace": a string holding undecodable bytes (os.environ and
     # argv carry them as lone surrogates) becomes valid UTF-8 ("?" in their place) instead
     # of a "\udcff" escape that every strict JSON decoder (msgspec) refuses.
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "replace")
+    body = litejson.dumps(obj).encode("utf-8", "replace")
     if len(body) > MAX_FRAME:
         raise FrameError(f"frame of {len(body)} bytes exceeds the {MAX_FRAME}-byte limit")
     return HEADER.pack(len(body)) + body
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock, n: int) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -45,18 +46,18 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket, limit: int = MAX_CLIENT_REPLY) -> dict:
+def recv_frame(sock, limit: int = MAX_CLIENT_REPLY) -> dict:
     (length,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if length > limit:
         raise FrameError(f"frame of {length} bytes exceeds the limit")
     try:
-        obj = json.loads(_recv_exact(sock, length))
-    except ValueError as exc:
+        obj = litejson.loads(_recv_exact(sock, length).decode("utf-8"))
+    except (ValueError, RecursionError) as exc:
         raise FrameError(f"malformed frame: {exc}") from None
     if not isinstance(obj, dict):
         raise FrameError("frame is not a JSON object")
     return obj
 
 
-def send_frame(sock: socket.socket, obj: dict) -> None:
+def send_frame(sock, obj: dict) -> None:
     sock.sendall(encode(obj))

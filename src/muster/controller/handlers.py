@@ -89,11 +89,36 @@ def _select(ctl, msg) -> list[Job]:
 
 @op("jobs")
 def jobs(ctl, msg, uid, gid):
+    """Queue records. Optional: ``uids``, ``states`` (job states; COMPLETING matches jobs with
+    the completing flag) filter on the controller; ``fields`` projects each record to those
+    names (squeue's default formats need ~25 of ~90 fields: 5x less to encode and parse)."""
     sel = _select(ctl, msg)
     users = msg.get("uids")
     if users:
         sel = [j for j in sel if j.uid in users]
-    recs = [j.to_record() for j in sel]
+    states = msg.get("states")
+    if states:
+        want = set(states)
+        sel = [j for j in sel if j.state in want or (j.completing and "COMPLETING" in want)]
+    fields = msg.get("fields")
+    if fields is not None:
+        if not isinstance(fields, list) or not all(isinstance(f, str) and f in _PUBLIC for f in fields):
+            raise RequestError("Invalid field list", "invalid_request")
+        fields = list(dict.fromkeys(fields + ["state", "completing", "job_id"]))
+    if fields is not None and msg.get("rows"):
+        # columnar reply: one list per job instead of a dict (half the bytes to encode/parse)
+        si = fields.index("state")
+        rows = [[getattr(j, f) for f in fields] for j in sel]
+        arr = fields.index("array_task_str") if "array_task_str" in fields else None
+        for j, row in zip(sel, rows):
+            if j.completing:
+                row[si] = "COMPLETING"
+            if arr is not None and j.pending_tasks:
+                row[arr] = j.to_record(["array_task_str"])["array_task_str"]
+        if msg.get("job_ids") and not rows and not any(ctl.state.find(i) for i in msg["job_ids"]):
+            raise InvalidJobId()
+        return {"fields": fields, "rows": rows, "now": now()}
+    recs = [j.to_record(fields) for j in sel]
     for r in recs:
         if r["completing"]:
             r["state"] = "COMPLETING"

@@ -100,17 +100,25 @@ def cached_view(state, job: Job) -> JobView:
     return view
 
 
-def build_snapshot(state, t: int) -> Snapshot:
+def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
+    """The core's input, and the reasons of pending jobs the shell has already decided."""
     pending = []
     running_per_array: dict[int, int] = {}
     for j in state.jobs.values():
         if j.array_job_id is not None and j.array_task_id is not None and (
                 j.state == "RUNNING" or j.completing):
             running_per_array[j.array_job_id] = running_per_array.get(j.array_job_id, 0) + 1
+    shell_reasons: dict[int, str] = {}
     for j in state.jobs.values():
         if j.state != PENDING:
             continue
         blocked = blocked_reason(state, j, t)
+        if blocked is not None:
+            # decided by the shell (held, dependency, begin time): the core would only echo the
+            # reason back, so the job stays out of the snapshot (a queue full of held jobs
+            # costs the scheduler nothing)
+            shell_reasons[j.job_id] = blocked
+            continue
         max_starts = 1
         if j.pending_tasks:
             max_starts = len(j.pending_tasks)
@@ -123,11 +131,12 @@ def build_snapshot(state, t: int) -> Snapshot:
         if blocked is not None or max_starts != 1:
             view = replace(view, blocked=blocked, max_starts=max_starts)
         pending.append(view)
-    return Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
+    snap = Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
                     pending=tuple(pending))
+    return snap, shell_reasons
 
 
-def apply_plan(state, plan, t: int) -> list[Job]:
+def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None) -> list[Job]:
     """Commit the plan's starts and reasons; return the jobs to launch (after commit)."""
     started: list[Job] = []
     with state.store.transaction():
@@ -149,7 +158,9 @@ def apply_plan(state, plan, t: int) -> list[Job]:
             state.save(job)
             started.append(job)
         started_ids = {j.job_id for j in started}
-        for job_id, reason in plan.reasons.items():
+        reasons = dict(shell_reasons or {})
+        reasons.update(plan.reasons)
+        for job_id, reason in reasons.items():
             job = state.jobs.get(job_id)
             if job is None or job.state != PENDING or job_id in started_ids:
                 continue

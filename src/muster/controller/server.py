@@ -160,9 +160,9 @@ class Controller:
     def schedule_once(self) -> None:
         t0 = time.perf_counter()
         t = now()
-        snap = build_snapshot(self.state, t)
+        snap, shell_reasons = build_snapshot(self.state, t)
         plan = schedule(snap, self.sched_cfg)
-        started = apply_plan(self.state, plan, t)
+        started = apply_plan(self.state, plan, t, shell_reasons)
         for job in started:
             if job.batch:
                 self.launch(job)

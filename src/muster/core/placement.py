@@ -20,7 +20,8 @@ Semantics (CPUs are the allocation unit, memory is consumable):
   spread over the nodes (≥ 1 each; nodes with the most free GPUs are filled first).
   ``gpu_type`` must equal the node's type. Indices: the lowest free ones.
 * ``exclusive``: only idle nodes; the job gets all their CPUs and GPUs, memory as requested.
-* ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never.
+* ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never;
+  with ``features`` (``--constraint``) only nodes having all of them.
 
 Node choice (total order, documented rule):
 
@@ -246,10 +247,13 @@ def place_request(job: JobView, rq: Request, nodes: Sequence[NodeView]) -> Alloc
     """:func:`place` with the request already normalised (lets callers reuse it)."""
     exc, req = job.exc_nodes, job.req_nodes
     gtype = rq.gpu_type
+    feats = job.features
     required: list[tuple[tuple, NodeView, int, int]] = []
     others: list[tuple[tuple, NodeView, int, int]] = []
     for n in nodes:
         if not n.usable or (exc and n.name in exc):
+            continue
+        if feats and not feats <= n.features:
             continue
         if gtype is not None and n.gpu_type != gtype:
             continue
@@ -421,7 +425,8 @@ def first_fit(
         i += 1
         n = lookup(idx)
         if (not n.usable or n.name in skip or n.name in exc
-                or (gtype is not None and n.gpu_type != gtype)):
+                or (gtype is not None and n.gpu_type != gtype)
+                or (job.features and not job.features <= n.features)):
             continue
         cap = _capacity(rq, n)
         if cap is None or (pack_t and cap[0] < need) or cap[1] < need_g:

@@ -49,8 +49,13 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Callable, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
+
+from . import backfill as bfmod
+from . import preempt as pmod
+from .limits import LimitChecker, job_tres, partition_reason
+from .priority import priorities as multifactor_priorities
 
 from .placement import (
     NEVER_NODE_COUNT,
@@ -82,17 +87,33 @@ _RANK = {R_RESOURCES: 0, R_PRIORITY: 1, R_REQ_NODE: 2}
 
 @dataclass(frozen=True, slots=True)
 class Start:
+    """``scheduler``: ``"Main"`` or ``"Backfill"``; ``time_limit`` (minutes) is set when
+    backfill raised a ``--time-min`` job's limit to the free gap."""
+
     job_id: int
     partition: str
     allocation: Allocation
+    scheduler: str = "Main"
+    time_limit: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """Starts in the order they were decided, and a reason for every job left pending."""
+    """Starts in the order they were decided, and a reason for every job left pending.
+
+    ``expected_start``: job → expected start (seconds) for pending jobs planned inside
+    the backfill window (reserved or not); ``sched_nodes``: job → nodes of its backfill
+    reservation (``SchedNodes``); ``preemptions``: :class:`~muster.core.preempt.Preemption`
+    records; ``priorities``: job → priority used for ordering (multifactor only; for a
+    multi-partition job, the highest).
+    """
 
     starts: tuple[Start, ...]
     reasons: dict[int, str]
+    expected_start: dict[int, int] = field(default_factory=dict)
+    sched_nodes: dict[int, str] = field(default_factory=dict)
+    preemptions: tuple = ()
+    priorities: dict[int, int] = field(default_factory=dict)
 
 
 class BlockPolicy(Protocol):
@@ -218,6 +239,15 @@ class _Pool:
     def lookup(self, index: int) -> NodeView:
         return self.free[self.by_index[index]]
 
+    def free_now(self) -> dict[str, tuple[int, int, int]]:
+        out = {}
+        for nm, n in self.free.items():
+            mask = 0
+            for g in n.gpus_free:
+                mask |= 1 << g
+            out[nm] = (n.cpus_free, n.mem_free, mask) if n.usable else (0, 0, 0)
+        return out
+
     def place(self, job: JobView, rq: Request, part: str, hidden: Set[str]) -> Allocation | None:
         fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
         if not job.req_nodes and (fixed or rq.lo <= 1):
@@ -231,7 +261,9 @@ def _shape(job: JobView) -> JobView:
     """The job without identity/ordering fields: equal shapes fit the same nodes."""
     return replace(
         job, job_id=0, priority=0, submit_time=0, partitions=(), time_limit=None,
-        blocked=None, max_starts=1,
+        blocked=None, max_starts=1, user="", group="", account="", qos="", time_min=None,
+        switches=None, switch_wait=None, reservation=None, nice=0, eligible_time=None,
+        fixed_priority=False, requeue=True,
     )
 
 
@@ -245,7 +277,12 @@ def schedule(
     parts = snapshot.partition_map()
     reasons: dict[int, str] = {}
     noted: dict[int, tuple[int, int, str]] = {}
-    entries: list[tuple[int, int, int, int, int, str, JobView]] = []
+    entries: list[tuple] = []
+    multifactor = cfg.priority_type == "multifactor"
+    prio = multifactor_priorities(snapshot, cfg) if multifactor else {}
+    limits = LimitChecker(snapshot, cfg)
+    preempting = cfg.preempt_type in ("preempt/qos", "preempt/partition_prio")
+    qos = snapshot.qos_map() if preempting else {}
 
     def note(jid: int, idx: int, why: str) -> None:
         cand = (_RANK.get(why, 3), idx, why)
@@ -259,16 +296,22 @@ def schedule(
             continue
         if not job.partitions:
             note(job.job_id, 0, R_PART_CONFIG)
+        pflag = -1 if preempting and pmod.preemptor_flag(job, cfg, qos) else 0
+        rflag = -1 if job.reservation is not None else 0
         for idx, pname in enumerate(dict.fromkeys(job.partitions)):
             part = parts.get(pname)
             why = _static_reason(job, part)
+            if why is None:
+                why = partition_reason(job, part)
             if why is not None:
                 note(job.job_id, idx, why)
             else:
+                p = prio.get((job.job_id, pname), job.priority) if multifactor else job.priority
                 entries.append(
-                    (-part.priority_tier, -job.priority, job.submit_time, job.job_id, idx, pname, job)
+                    (pflag, rflag, -part.priority_tier, -p, job.submit_time, job.job_id, idx,
+                     pname, job)
                 )
-    entries.sort(key=lambda e: e[:5])
+    entries.sort(key=lambda e: e[:7])
 
     pool = _Pool(snapshot, parts)
     policy = blocking()
@@ -300,7 +343,23 @@ def schedule(
             never[key] = why
         return never[key] or R_RESOURCES
 
-    for _, _, _, jid, idx, pname, job in entries:
+    use_timeline = cfg.backfill or bool(snapshot.reservations) or bool(snapshot.switches)
+    expected: dict[int, int] = {}
+    sched_nodes: dict[int, str] = {}
+    if use_timeline:
+        got = bfmod.run(snapshot, cfg, entries, parts, limits, note, classify, requests)
+        for job, pname, alloc, label, run_limit in got.starts:
+            starts.append(Start(job_id=job.job_id, partition=pname, allocation=alloc,
+                                scheduler=label, time_limit=run_limit))
+            left[job.job_id] = left.get(job.job_id, max(1, job.max_starts)) - 1
+        expected = got.expected
+        sched_nodes = {j: ",".join(v) for j, v in got.sched_nodes.items()}
+        tl = got.timeline
+        entries_main: list = []
+    else:
+        entries_main = entries
+
+    for _, _, _, _, _, jid, idx, pname, job in entries_main:
         remaining = left.get(jid, max(1, job.max_starts))
         if remaining == 0:
             continue
@@ -316,6 +375,11 @@ def schedule(
             rq = requests[jid] = request_of(job, cfg)
         if part.max_nodes is not None and (rq.hi is None or rq.hi > part.max_nodes):
             rq = replace(rq, hi=part.max_nodes)
+        if limits.on:
+            why = limits.check(job, pname, job_tres(job, rq))
+            if why is not None:
+                note(jid, idx, why)
+                continue
         placed = None
         while remaining and not (limit and len(starts) >= limit):
             placed = pool.place(job, rq, pname, policy.hidden())
@@ -323,6 +387,7 @@ def schedule(
                 break
             starts.append(Start(job_id=jid, partition=pname, allocation=placed))
             pool.consume(placed)
+            limits.charge(job, pname, placed)
             remaining -= 1
         left[jid] = remaining
         if remaining == 0:
@@ -338,4 +403,33 @@ def schedule(
     for jid, (_, _, why) in noted.items():
         if left.get(jid, 1) > 0:
             reasons[jid] = why
-    return Plan(starts=tuple(starts), reasons=reasons)
+
+    preemptions: tuple = ()
+    if preempting and snapshot.running:
+        waiting, seen = [], set()
+        for e in entries:
+            jid, pname, job = e[5], e[7], e[8]
+            if jid in seen or left.get(jid, 1) <= 0 or reasons.get(jid) not in (
+                    R_RESOURCES, R_PRIORITY):
+                continue
+            seen.add(jid)
+            if jid not in requests:
+                requests[jid] = request_of(job, cfg)
+            waiting.append((job, pname))
+        if use_timeline:
+            free = {}
+            for p, n in enumerate(tl.nodes):
+                free[n.name] = tl.window(p, snapshot.now, 1) if n.usable else (0, 0, 0)
+        else:
+            free = pool.free_now()
+        plist, pexp = pmod.plan(snapshot, cfg, waiting, parts, requests, free)
+        preemptions = tuple(plist)
+        expected = {**expected, **pexp}
+
+    out_prio: dict[int, int] = {}
+    if multifactor:
+        for (jid, _), p in prio.items():
+            if p > out_prio.get(jid, -1):
+                out_prio[jid] = p
+    return Plan(starts=tuple(starts), reasons=reasons, expected_start=expected,
+                sched_nodes=sched_nodes, preemptions=preemptions, priorities=out_prio)

@@ -11,8 +11,8 @@ Contract:
   scheduler then only takes them away (:meth:`reserve` for starts now and for future
   reservations). Because the profile only shrinks during a cycle, an earlier answer
   to "earliest start from now" is a *lower bound* for every later one: the search
-  caches per (candidate set, per-node shape, duration) a lazy min-heap of per-node
-  lower bounds, refreshed only for nodes whose version changed (:meth:`earliest`).
+  caches per (candidate set, per-node shape, duration) a min-heap of per-node earliest
+  fits, refreshed lazily only for nodes whose version changed (:meth:`earliest`).
 * "Fits on node ``p`` for ``[t, t+d)``": free CPUs and memory are at least the need in
   every interval overlapping the window, and the *intersection* of the free GPU sets over
   those intervals has at least the needed number of GPUs (a job keeps its GPU indices).
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Sequence
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 
 from .placement import Allocation, Request, place_request
 from .snapshot import JobView, NodeView
@@ -72,7 +72,7 @@ class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
     __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap",
-                 "_heaps", "_durs", "_views")
+                 "_heaps")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
         self.now = now
@@ -96,8 +96,6 @@ class Timeline:
             self.cap.append((n.cpus, n.mem, n.gpus, n.weight))
         self.ver = [0] * len(self.nodes)
         self._heaps: dict[tuple, list] = {}
-        self._durs: dict[tuple, list[int]] = {}
-        self._views: list[NodeView | None] = [None] * len(self.nodes)
 
     @classmethod
     def build(
@@ -156,7 +154,6 @@ class Timeline:
             ms[j] -= mem
             gs[j] &= keep
         self.ver[p] += 1
-        self._views[p] = None
 
     def block(self, p: int, t0: int, t1: int) -> None:
         """Make node ``p`` unavailable for ``[t0, t1)`` (advance reservation barrier)."""
@@ -171,7 +168,6 @@ class Timeline:
             ms[j] = 0
             gs[j] = 0
         self.ver[p] += 1
-        self._views[p] = None
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
         """(min free CPUs, min free memory, GPUs free throughout) on ``[t, t+d)``."""
@@ -264,30 +260,34 @@ class Timeline:
 
     # ---- earliest start ---------------------------------------------------------------
 
-    def _entry(self, p: int, t: int, d: int, shape: Shape):
-        c, m, g = self.need(p, shape)
-        r = self.next_fit(p, t, d, c, m, g)
-        if r is None:
-            return None
-        s, mc, mm, mask = r
-        return (s, self.cap[p][3], mask.bit_count(), mc, mm, p, self.ver[p])
+    def _entries(self, ps: Iterable[int], t: int, d: int, shape: Shape) -> list[tuple]:
+        """Heap entries ``(start, tie, p, version)`` for nodes ``ps`` from time ``t``.
+
+        ``tie`` packs (weight, free GPUs, free CPUs, free memory) of the window: least
+        free first = best fit. Nodes that never fit are left out.
+        """
+        c, m, g, m_all, excl = shape
+        nf, cap, ver = self.next_fit, self.cap, self.ver
+        out = []
+        for p in ps:
+            cp = cap[p]
+            if excl:
+                r = nf(p, t, d, cp[0], cp[1], cp[2])
+            elif m_all:
+                r = nf(p, t, d, c, cp[1], g)
+            else:
+                r = nf(p, t, d, c, m, g)
+            if r is not None:
+                out.append((r[0], (((cp[3] << 8 | r[3].bit_count()) << 24 | r[1]) << 44) | r[2],
+                            p, ver[p]))
+        return out
 
     def _heap(self, ck: tuple, cands: Sequence[int], shape: Shape, d: int) -> list:
         key = (ck, shape, d)
         heap = self._heaps.get(key)
-        if heap is not None:
-            return heap
-        durs = self._durs.setdefault((ck, shape), [])
-        i = bisect_right(durs, d)
-        if i:  # a shorter duration's answers are lower bounds for this one
-            donor = self._heaps[(ck, shape, durs[i - 1])]
-            heap = [(e[0], e[1], e[2], e[3], e[4], e[5], -1) for e in donor]
-        else:
-            now, cap = self.now, self.cap
-            heap = [(now, cap[p][3], 0, 0, 0, p, -1) for p in cands]
-        heapify(heap)
-        durs.insert(i, d)
-        self._heaps[key] = heap
+        if heap is None:
+            heap = self._heaps[key] = self._entries(cands, self.now, d, shape)
+            heapify(heap)
         return heap
 
     def earliest(
@@ -307,6 +307,12 @@ class Timeline:
         nodes from the fitting ones (sorted best fit first; entries
         ``(weight, gpus, cpus, mem, p)``) or refuse with None (topology): the search
         then goes on to later times.
+
+        Method: a cached min-heap per (``ck``, shape, d) of every node's earliest fit from
+        ``now``; entries of nodes changed since (version) are recomputed when they reach
+        the top (the profile only shrinks, so old values are lower bounds). For ``k > 1``
+        a sweep over candidate times: at each, all nodes seen so far are re-checked; one
+        that no longer fits re-enters a query-local heap at its next fit.
         """
         heap = self._heap(ck, cands, shape, d)
         ver, now = self.ver, self.now
@@ -318,12 +324,13 @@ class Timeline:
         while True:
             while heap:
                 e = heap[0]
-                if e[6] == ver[e[5]]:
+                if e[3] == ver[e[2]]:
                     break
-                heappop(heap)
-                r = self._entry(e[5], now, d, shape)
-                if r is not None:
-                    heappush(heap, r)
+                got = self._entries((e[2],), e[0], d, shape)  # old value: a lower bound
+                if got:
+                    heapreplace(heap, got[0])
+                else:
+                    heappop(heap)
             st = heap[0][0] if heap else INF
             lt = local[0][0] if local else INF
             if st <= lt:
@@ -337,28 +344,29 @@ class Timeline:
                 e = heappop(local)
             if e[0] > T:
                 T = e[0]
-            active.append(e[5])
+            active.append(e[2])
             if len(active) < k:
                 continue
             if k == 1 and select is None:
                 result = (T, active)
                 break
             fitting = []
+            redo = []
             for q in active:
                 c, m, g = self.need(q, shape)
                 wc, wm, wg = self.window(q, T, d)
                 if wc >= c and wm >= m and wg.bit_count() >= g:
                     fitting.append((self.cap[q][3], wg.bit_count(), wc, wm, q))
                 else:
-                    r = self._entry(q, T, d, shape)
-                    if r is not None:
-                        heappush(local, r)
+                    redo.append(q)
             if len(fitting) >= k:
                 fitting.sort()
                 chosen = select(T, fitting) if select is not None else [f[4] for f in fitting[:k]]
                 if chosen is not None:
                     result = (T, chosen)
                     break
+            for r in self._entries(redo, T, d, shape):
+                heappush(local, r)
             active = [f[4] for f in fitting]
         for e in taken:
             heappush(heap, e)

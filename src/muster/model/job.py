@@ -122,10 +122,14 @@ class Job:
             return f"{self.array_job_id}_[{self.array_task_str}]"
         return str(self.job_id)
 
-    def to_record(self) -> dict:
-        rec = {n: getattr(self, n) for n in PUBLIC_NAMES}
-        rec["alloc"] = list(self.alloc)
-        if self.pending_tasks:
+    def to_record(self, fields=None) -> dict:
+        """The wire record (docs/records.md); ``fields`` (names) projects it."""
+        if fields is not None:
+            rec = {n: getattr(self, n) for n in fields}
+        else:
+            rec = {n: getattr(self, n) for n in PUBLIC_NAMES}
+            rec["alloc"] = list(self.alloc)
+        if self.pending_tasks and "array_task_str" in rec:
             rec["array_task_str"] = compress_indices(self.pending_tasks)
         return rec
 

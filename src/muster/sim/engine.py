@@ -55,11 +55,15 @@ from .traces import TraceJob
 __all__ = ["POLICIES", "BackfillUnavailable", "SimError", "SimResult", "Simulator",
            "backfill_available", "sched_config_for"]
 
+# classic EASY/conservative plan without a horizon; it also keeps the pruned queue exact
+# (a reservation beyond the window would pass the reservation to a later job)
+_NO_WINDOW = 20 * 365 * 1440  # minutes
+
 # policy → SchedConfig fields; "depth" is the engine's own pruning rule (0 = main scheduler)
 POLICIES: dict[str, dict] = {
     "fifo": {"backfill": False},
-    "easy": {"backfill": True, "bf_depth": 1},
-    "conservative": {"backfill": True, "bf_depth": None},
+    "easy": {"backfill": True, "bf_depth": 1, "bf_window": _NO_WINDOW},
+    "conservative": {"backfill": True, "bf_depth": None, "bf_window": _NO_WINDOW},
 }
 
 
@@ -71,8 +75,37 @@ class BackfillUnavailable(RuntimeError):
     """The scheduling core in this tree has no backfill settings yet."""
 
 
+_BACKFILL_PROBE: list[bool] = []
+
+
 def backfill_available() -> bool:
-    return "backfill" in SchedConfig.__dataclass_fields__
+    """Does this tree's core backfill? A behavioural probe (cached), not a field check:
+    one busy CPU until t=600; a 2-CPU job waits; a 1-CPU, 1-minute job must backfill."""
+    if not _BACKFILL_PROBE:
+        ok = False
+        fields = SchedConfig.__dataclass_fields__
+        rv = getattr(_core_snapshot, "RunningView", None)
+        if "backfill" in fields and rv is not None and "running" in Snapshot.__dataclass_fields__:
+            from muster.core import NodeAlloc, PartitionView
+            node = NodeView("n", 0, frozenset({"p"}), 2, 1, 2, 1)
+            held = (NodeAlloc(node="n", cpus=1, mem=1, gpus=(), tasks=1),)
+            run = Simulator._make_running(rv, type("S", (), {"partition": "p", "allocation":
+                                          type("A", (), {"nodes": held})()})(),
+                                          type("J", (), {"job_id": 9, "priority": 1, "user": "",
+                                                         "end_time": 600})(), 0)
+            snap = Snapshot(now=0, nodes=(node,), partitions=(PartitionView("p", node_names=("n",)),),
+                            pending=(JobView(1, submit_time=0, partitions=("p",), ntasks=2,
+                                             mem_per_cpu=1, time_limit=10),
+                                     JobView(2, submit_time=1, partitions=("p",), ntasks=1,
+                                             mem_per_cpu=1, time_limit=1)),
+                            running=(run,))
+            try:
+                cfg = dataclasses.replace(SchedConfig(), backfill=True, bf_depth=1)
+                ok = [s.job_id for s in schedule(snap, cfg).starts] == [2]
+            except Exception:
+                ok = False
+        _BACKFILL_PROBE.append(ok)
+    return _BACKFILL_PROBE[0]
 
 
 def sched_config_for(policy: str, base: SchedConfig, **overrides) -> SchedConfig:
@@ -81,7 +114,7 @@ def sched_config_for(policy: str, base: SchedConfig, **overrides) -> SchedConfig
         raise ValueError(f"unknown policy {policy!r} (fifo, easy, conservative)")
     kw = dict(POLICIES[policy])
     fields = SchedConfig.__dataclass_fields__
-    if kw.get("backfill") and "backfill" not in fields:
+    if kw.get("backfill") and not backfill_available():
         raise BackfillUnavailable(
             f"--policy {policy} needs backfill in muster.core (SchedConfig.backfill, "
             "bf_depth); this tree's core has only the main scheduler: use --policy fifo")
@@ -153,7 +186,9 @@ class Simulator:
         self._running_view = getattr(_core_snapshot, "RunningView", None)
         self.skipped: list[tuple[TraceJob, str]] = []
         self.jobs: list[TraceJob] = []
+        t0 = _time.perf_counter()
         self._screen(jobs)
+        self.setup_s = _time.perf_counter() - t0
 
     # ---- set-up -----------------------------------------------------------------------
     def _view(self, tj: TraceJob) -> JobView:
@@ -231,7 +266,8 @@ class Simulator:
         heap: list[tuple[int, int]] = []  # (end time, job id)
         depth = self.depth
         core = self.core
-        rv_cls = self._running_view if self._has_running else None
+        # running jobs matter only to backfill (the main scheduler ignores them)
+        rv_cls = self._running_view if self._has_running and depth != 0 else None
         series = [] if self.record_series else None
         idle_waiting = free_partial = free_total = 0.0
         core_calls, core_s, events = 0, 0.0, 0
@@ -405,7 +441,7 @@ class Simulator:
         states: dict[str, int] = {}
         res = SimResult(jobs=jobs, start=start, end=end, killed=killed, skipped=self.skipped,
                         cluster=self.cluster, policy=self.policy,
-                        wall_s=_time.perf_counter() - t_wall, core_calls=core_calls,
+                        wall_s=_time.perf_counter() - t_wall + self.setup_s, core_calls=core_calls,
                         core_s=core_s, events=events, series=series,
                         gpu_idle_waiting=idle_waiting, gpu_free_partial=free_partial,
                         gpu_free_total=free_total, states=states)

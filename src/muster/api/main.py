@@ -1,0 +1,62 @@
+"""musterrestd: ``musterrestd [-f slurm.conf] [--listen HOST:PORT] [-L logfile]``.
+
+A separate process (not part of musterctld) so that HTTP parsing never runs on the
+controller's loop, it can be restarted on its own, and the controller keeps its small
+dependency set. It runs as root (or the cluster owner) to read the cluster key, with which it
+mints a credential for each request's user.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="musterrestd", description="Muster REST API, metrics "
+                                 "and dashboard")
+    ap.add_argument("-f", dest="conf", help="slurm.conf path (default: as the CLI finds it)")
+    ap.add_argument("--listen", default="127.0.0.1:6820", help="HOST:PORT (default %(default)s)")
+    ap.add_argument("-L", dest="logfile", help="log file (default: stderr)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(filename=args.logfile, level=logging.INFO,
+                        format="%(asctime)s musterrestd[%(process)d] %(levelname)s %(message)s")
+    from muster.common import auth
+    from muster.common.errors import MusterError
+    from muster.config import load
+    from muster.config.locate import find_config_path
+    path = args.conf or find_config_path()
+    if not path:
+        print("musterrestd: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+        return 1
+    host, _, port = args.listen.rpartition(":")
+    try:
+        port = int(port)
+    except ValueError:
+        print(f"musterrestd: error: invalid --listen {args.listen!r}", file=sys.stderr)
+        return 1
+    try:
+        cfg = load(os.path.abspath(path))
+        key = auth.load_key(cfg.key_path)
+    except (MusterError, auth.CredentialError) as exc:
+        print(f"musterrestd: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+    import uvicorn
+
+    from muster.api.app import Api, build_app
+    from muster.api.ctlclient import ControllerClient
+    from muster.api.jwtauth import JwtVerifier
+    client = ControllerClient(cfg.slurmctld_addr or "127.0.0.1", cfg.slurmctld_port, key)
+    verifier = JwtVerifier(os.path.join(cfg.state_save_location, "jwt.key"))
+    app = build_app(Api(client, verifier, cfg.cluster_name))
+    logging.info("musterrestd listening on http://%s:%d (controller %s:%d)", host or "0.0.0.0",
+                 port, client.host, client.port)
+    uvicorn.run(app, host=host or "0.0.0.0", port=port, log_level="warning",
+                access_log=False, log_config=None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,342 @@
+"""sched/backfill over a :class:`~muster.core.timeline.Timeline` (one pass, one parameter
+per variant).
+
+Contract:
+
+* Input: the ordered queue entries of :func:`muster.core.schedule.schedule`, the
+  snapshot and config. Running jobs end at ``end_time`` (a job already past it: now +
+  KillWait + OverTimeLimit; no limit: start + partition MaxTime, else one year); that is
+  when the timeline gives their resources back.
+* Walk the entries in order. For each (job, partition): limits (reason, no block, no
+  reservation) → runtime estimate ``d`` (``--time-min`` if given, else the time limit,
+  else the partition MaxTime, else one year; capped at MaxTime) → earliest start ``T``
+  in ``[now, now + bf_window]`` at which the job fits for ``[T, T+d)`` without touching
+  anything reserved before it.
+* ``T == now``: start it. ``Start.scheduler`` is ``"Main"`` when no earlier entry waits
+  for resources in its partition or on one of its nodes (the main scheduler would have
+  started it too), else ``"Backfill"``. With ``--time-min`` the limit is raised to the
+  free gap (at most the time limit) and returned in ``Start.time_limit``.
+* ``T > now``: reason ``Resources`` for the first waiting entry of a partition,
+  ``Priority`` after. While fewer than ``bf_depth`` reservations exist (None = all:
+  conservative; 1 = EASY) and the QOS has no ``NoReserve``: reserve exactly the CPUs,
+  memory and GPU indices the job would get (not whole nodes) for ``[T, T + d)`` rounded
+  up to ``bf_resolution``, record ``expected_start`` and ``sched_nodes``. Without a
+  reservation the estimate is still reported (informational). Beyond the window: none.
+* Because every start and reservation is carved out of the same profile, a job starts
+  now only if it delays no reservation made before it (given accurate limits).
+* Advance reservations: their nodes are blocked for ``[start, end)`` in the shared
+  profile; a job that names one is planned on a separate profile of the reserved nodes
+  that is open only inside the window, with ``d`` capped at the window's end.
+* Without ``cfg.backfill`` (used when advance reservations or topology need the
+  timeline): main-scheduler semantics on the same profile: nothing is planned ahead,
+  the first waiting entry blocks its partition (``Priority`` for the rest) and hides its
+  nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from .limits import LimitChecker, job_tres
+from .placement import Allocation, NodeAlloc, Request, request_of
+from .snapshot import JobView, PartitionView, SchedConfig, Snapshot
+from .timeline import INF, Shape, Timeline, gpu_mask, mask_gpus
+from .topology import Topology
+
+__all__ = ["Result", "YEAR", "estimate", "plan_shape", "run", "running_end"]
+
+YEAR = 365 * 86400
+
+
+@dataclass(slots=True)
+class Result:
+    starts: list = field(default_factory=list)  # (job, partition, Allocation, scheduler, limit)
+    expected: dict[int, int] = field(default_factory=dict)
+    sched_nodes: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    timeline: Timeline | None = None
+
+
+def estimate(job: JobView, part: PartitionView) -> int:
+    """Planning runtime in seconds (see module doc)."""
+    lim = job.time_min if job.time_min else job.time_limit
+    if lim is None:
+        lim = part.max_time
+    if part.max_time is not None and lim is not None:
+        lim = min(lim, part.max_time)
+    return YEAR if lim is None else max(1, lim) * 60
+
+
+def running_end(r, part: PartitionView | None, now: int, cfg: SchedConfig) -> int:
+    end = r.end_time
+    if end is None:
+        mt = part.max_time if part is not None else None
+        end = r.start_time + (mt * 60 if mt is not None else YEAR)
+    if end <= now:
+        end = now + cfg.kill_wait + cfg.over_time_limit * 60
+    return end
+
+
+def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int] | None:
+    """(per-node shape, node count) when every node of the job needs the same thing, or
+    a packing request that one empty node of the candidates (``max_node`` = largest
+    cpus, mem, gpus) can hold; None → the general search."""
+    pack_t = rq.tasks_mode == "pack"
+    pack_g = rq.gpu_mode == "total"
+    if rq.tasks_mode == "one":
+        t, k = 1, rq.lo
+    elif rq.tasks_mode == "fixed":
+        t, k = rq.tpn, rq.lo
+    else:
+        t, k = rq.ntasks, 1
+        if rq.tpn is not None and rq.tpn < t:
+            return None
+    if pack_t or pack_g:
+        if rq.lo > 1 or (rq.tasks_mode == "fixed" and pack_g):
+            return None
+        k = 1
+    if rq.hi is not None and k > rq.hi:
+        return None
+    c = max(1, t * rq.cpt)
+    g = rq.gpus * t if rq.gpu_mode == "task" else rq.gpus if rq.gpu_mode else 0
+    mm = rq.mem_mode
+    m = rq.mem if mm == "node" else rq.mem * c if mm == "cpu" else rq.mem * g if mm == "gpu" else 0
+    if (pack_t or pack_g) and not rq.exclusive and (
+            c > max_node[0] or m > max_node[1] or g > max_node[2]):
+        return None
+    return Shape(c, m, g, mm == "all", rq.exclusive), k
+
+
+class _Planner:
+    """Candidate sets and searches for one profile (the shared one or a reservation's)."""
+
+    def __init__(self, tl: Timeline, topo: Topology | None, now: int) -> None:
+        self.tl, self.topo, self.now = tl, topo, now
+        self.cands: dict[tuple, list[int]] = {}
+        self.maxn: dict[tuple, tuple[int, int, int]] = {}
+
+    def candidates(self, job: JobView, rq: Request, part: PartitionView, hidden: frozenset,
+                   hv: int) -> tuple[tuple, list[int]]:
+        ck = (part.name, job.features, rq.gpu_type, job.exc_nodes, hv)
+        got = self.cands.get(ck)
+        if got is None:
+            tl = self.tl
+            ps = set()
+            for nm in part.node_names:
+                p = tl.pos.get(nm)
+                if p is None or p in hidden:
+                    continue
+                n = tl.nodes[p]
+                if not n.usable or nm in job.exc_nodes:
+                    continue
+                if job.features and not job.features <= n.features:
+                    continue
+                if rq.gpu_type is not None and n.gpu_type != rq.gpu_type:
+                    continue
+                ps.add(p)
+            got = self.cands[ck] = sorted(ps)
+            caps = [tl.cap[p] for p in got]
+            self.maxn[ck] = (max((c[0] for c in caps), default=0),
+                             max((c[1] for c in caps), default=0),
+                             max((c[2] for c in caps), default=0))
+        return ck, got
+
+    def find(self, job: JobView, rq: Request, ck: tuple, cands: list[int], d: int,
+             horizon: int, cfg: SchedConfig) -> tuple[int, Allocation] | None:
+        tl = self.tl
+        shaped = None if job.req_nodes else plan_shape(rq, self.maxn[ck])
+        if shaped is None:
+            if job.req_nodes:
+                pos = tl.pos
+                if not all(pos.get(nm) in set(cands) for nm in job.req_nodes):
+                    return None
+            return tl.earliest_general(job, rq, cands, d, horizon)
+        shape, k = shaped
+        select = None
+        if k > 1 and self.topo is not None:
+            topo = self.topo
+            wait = job.switch_wait if job.switch_wait is not None else cfg.max_switch_wait
+            since = job.eligible_time if job.eligible_time is not None else job.submit_time
+            deadline = since + wait if job.switches else 0
+
+            def select(T: int, fitting: list) -> list[int] | None:
+                cap = job.switches if job.switches and T < deadline else None
+                return topo.select(k, fitting, cap)
+        got = tl.earliest(ck, cands, shape, d, k, horizon, select)
+        if got is None:
+            return None
+        T, ps = got
+        return T, _direct(job, rq, shape, tl, sorted(ps), T, d)
+
+
+def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int], T: int,
+            d: int) -> Allocation:
+    """The allocation :func:`~muster.core.placement.place_request` would build on these
+    nodes (each fits ``shape`` for ``[T, T+d)``): lowest free GPU indices, memory by mode."""
+    c, m, g, m_all, excl = shape
+    if rq.tasks_mode == "pack":
+        t = rq.ntasks
+    else:
+        t = 1 if rq.tasks_mode == "one" else rq.tpn
+    mm = rq.mem_mode
+    out = []
+    for p in ps:
+        n = tl.nodes[p]
+        wc, wm, wg = tl.window(p, T, d)
+        if excl:
+            cpus, gids = n.cpus, mask_gpus(wg)
+        else:
+            cpus, gids = c, mask_gpus(wg)[:g]
+        mem = (n.mem if mm == "all" else rq.mem if mm == "node" else rq.mem * cpus if mm == "cpu"
+               else rq.mem * len(gids))
+        out.append(NodeAlloc(node=n.name, cpus=cpus, mem=mem, gpus=gids, tasks=t))
+    return Allocation(job_id=job.job_id, nodes=tuple(out))
+
+
+def _granted(tl: Timeline, alloc: Allocation, job: JobView, part: PartitionView, now: int) -> int:
+    """--time-min: the longest limit (minutes, ≤ time limit) the free gap allows."""
+    lim = job.time_limit if job.time_limit is not None else part.max_time
+    lim = lim if lim is not None else YEAR // 60
+    until = INF
+    for a in alloc.nodes:
+        until = min(until, tl.fit_until(tl.pos[a.node], now, a.cpus, a.mem, gpu_mask(a.gpus)))
+    gap = (until - now) // 60 if until < INF else lim
+    return max(job.time_min or 1, min(lim, gap))
+
+
+def run(
+    snap: Snapshot,
+    cfg: SchedConfig,
+    entries: list,
+    parts: dict[str, PartitionView],
+    limits: LimitChecker,
+    note: Callable[[int, int, str], None],
+    classify: Callable[[JobView, str], str],
+    requests: dict[int, Request],
+) -> Result:
+    now = snap.now
+    res = Result()
+    releases = []
+    for r in snap.running:
+        end = running_end(r, parts.get(r.partition), now, cfg)
+        for a in r.nodes:
+            releases.append((a.node, end, a.cpus, a.mem, a.gpus))
+    tl = Timeline.build(now, snap.nodes, releases)
+    res.timeline = tl
+    resv = {r.name: r for r in snap.reservations}
+    member_tl: dict[str, _Planner] = {}
+    for r in snap.reservations:
+        for nm in r.nodes:
+            p = tl.pos.get(nm)
+            if p is not None:
+                tl.block(p, r.start, r.end)
+    topo = Topology(snap.switches, tl.pos) if snap.switches else None
+    main = _Planner(tl, topo, now)
+    backfill = cfg.backfill
+    horizon = now + cfg.bf_window * 60 if backfill else now
+    depth = cfg.bf_depth
+    resolution = max(1, cfg.bf_resolution)
+    blocked_parts: set[str] = set()
+    blocked_nodes: set[int] = set()
+    hidden: frozenset = frozenset()
+    hv = 0
+    done: set[int] = set()
+    left: dict[int, int] = {}
+    reserved = tested = 0
+    limit = cfg.max_jobs_to_start
+
+    for _, _, _, _, _, jid, idx, pname, job in entries:
+        if jid in done:
+            continue
+        remaining = left.get(jid, max(1, job.max_starts))
+        if remaining == 0:
+            continue
+        if (limit and len(res.starts) >= limit) or (not backfill and pname in blocked_parts):
+            note(jid, idx, "Priority")
+            continue
+        part = parts[pname]
+        rq = requests.get(jid)
+        if rq is None:
+            rq = requests[jid] = request_of(job, cfg)
+        if part.max_nodes is not None and (rq.hi is None or rq.hi > part.max_nodes):
+            rq = replace(rq, hi=part.max_nodes)
+        why = limits.check(job, pname, job_tres(job, rq)) if limits.on else None
+        if why is not None:
+            note(jid, idx, why)
+            continue
+        tested += 1
+        if backfill and cfg.bf_max_job_test and tested > cfg.bf_max_job_test:
+            note(jid, idx, "Priority")
+            continue
+        d = estimate(job, part)
+        planner, hz = main, horizon
+        if job.reservation is not None:
+            r = resv.get(job.reservation)
+            if r is None or not r.admits(job):
+                note(jid, idx, "ReservationInvalid" if r is None else "Reservation")
+                continue
+            planner = member_tl.get(r.name)
+            if planner is None:
+                sub = Timeline.build(now, [n for n in snap.nodes if n.name in r.nodes],
+                                     [x for x in releases if x[0] in r.nodes])
+                for p in range(len(sub.nodes)):
+                    sub.block(p, now, r.start)
+                    sub.block(p, r.end, INF)
+                planner = member_tl[r.name] = _Planner(sub, topo and Topology(snap.switches, sub.pos), now)
+            d = max(1, min(d, r.end - max(now, r.start)))
+            hz = max(horizon, min(r.start, now + cfg.bf_window * 60)) if backfill else now
+        ck, cands = planner.candidates(job, rq, part, hidden if planner is main else frozenset(), hv)
+        if job.req_nodes and not job.req_nodes <= {planner.tl.nodes[p].name for p in cands}:
+            why = classify(job, pname)
+            note(jid, idx, "ReqNodeNotAvail" if why == "Resources" else why)
+            continue
+        found = None
+        while remaining and not (limit and len(res.starts) >= limit):
+            found = planner.find(job, rq, ck, cands, d, hz, cfg)
+            if found is None or found[0] != now:
+                break
+            alloc = found[1]
+            ptl = planner.tl
+            run_limit = None
+            if job.time_min:
+                run_limit = _granted(ptl, alloc, job, part, now)
+                ptl.commit(alloc, now, now + run_limit * 60)
+            else:
+                ptl.commit(alloc, now, now + d)
+            ps = {tl.pos[a.node] for a in alloc.nodes}
+            label = "Backfill" if (pname in blocked_parts or ps & blocked_nodes) else "Main"
+            res.starts.append((job, pname, alloc, label, run_limit))
+            limits.charge(job, pname, alloc)
+            remaining -= 1
+            found = None
+        left[jid] = remaining
+        if remaining == 0:
+            continue
+        if limit and len(res.starts) >= limit and found is None:
+            note(jid, idx, "Priority")
+            continue
+        if found is None:  # maybe never: the static classification says why
+            why = classify(job, pname)
+            if why != "Resources":
+                note(jid, idx, why)
+                continue
+        note(jid, idx, "Priority" if pname in blocked_parts else "Resources")
+        if planner is main:
+            if pname not in blocked_parts or job.req_nodes:
+                blocked_nodes.update(cands)
+            blocked_parts.add(pname)
+            if not backfill:
+                hidden = frozenset(blocked_nodes) if not job.req_nodes else hidden | {
+                    tl.pos[nm] for nm in job.req_nodes if nm in tl.pos}
+                hv += 1
+        if found is None or not backfill:
+            continue
+        T, alloc = found
+        res.expected[jid] = T
+        if (depth is None or reserved < depth) and not limits.no_reserve(job):
+            end = T + -(-d // resolution) * resolution
+            planner.tl.commit(alloc, T, end)
+            res.sched_nodes[jid] = alloc.node_names
+            reserved += 1
+            done.add(jid)
+    return res

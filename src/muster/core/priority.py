@@ -1,0 +1,168 @@
+"""priority/multifactor: job priority = weighted sum of factors in [0, 1].
+
+Contract (scheduling.md §4)::
+
+    priority = site + W_age·age + W_assoc·assoc + W_fairshare·fairshare
+             + W_jobsize·jobsize + W_partition·partition + W_qos·qos
+             + Σ_t W_tres[t]·tres[t] − nice        clamped to [1, 2^32−1], truncated
+
+* age = min(1, (now − accrue) / PriorityMaxAge), accrue = ``eligible_time`` or
+  ``submit_time``; 0 for a job the shell marks ``blocked`` (held, dependency, begin
+  time) unless ``ACCRUE_ALWAYS``.
+* fairshare = ``Snapshot.fairshare[(account, user)]`` (an input; see
+  :mod:`muster.core.fairshare`), 0 when absent.
+* jobsize: favour large (default) ``(nodes/N + cpus/C)/2``; ``PriorityFavorSmall``
+  ``((N−nodes)/N + (C−cpus)/C)/2``; ``SMALL_RELATIVE_TO_TIME``
+  ``max(nodes·C/N, cpus)/time_min/C``; N, C = nodes and CPUs of the cluster.
+* partition = PriorityJobFactor / max over partitions (``NO_NORMAL_PART``: raw).
+* qos = QOS Priority / max QOS priority (``NO_NORMAL_QOS``: raw).
+* assoc = association Priority / max (``NO_NORMAL_ASSOC``: raw).
+* tres[t] = requested t / total t in the job's partition (``NO_NORMAL_TRES``: raw).
+
+:func:`multifactor` is a pure function of (job, now, config, :class:`Context`); it returns
+the integer priority with the per-factor breakdown (``sprio``: normalized and weighted).
+A ``fixed_priority`` job keeps its priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .placement import request_of
+from .snapshot import JobView, SchedConfig, Snapshot
+
+__all__ = ["Context", "FACTORS", "Priority", "context", "multifactor", "priorities"]
+
+MAX_PRIORITY = 2**32 - 1
+FACTORS = ("age", "assoc", "fairshare", "jobsize", "partition", "qos")
+
+
+@dataclass(frozen=True, slots=True)
+class Priority:
+    """One job's priority and its factors (``sprio``)."""
+
+    job_id: int
+    partition: str
+    priority: int
+    normalized: Mapping[str, float]
+    weighted: Mapping[str, float]
+    nice: int = 0
+    site: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """Cluster-wide facts the factors are normalised with (built by :func:`context`)."""
+
+    total_nodes: int
+    total_cpus: int
+    part_factor: Mapping[str, int]
+    max_part_factor: int
+    qos_prio: Mapping[str, int]
+    max_qos_prio: int
+    assoc_prio: Mapping[tuple[str, str | None], int]
+    max_assoc_prio: int
+    part_tres: Mapping[str, Mapping[str, int]]
+    fairshare: Mapping[tuple[str, str], float]
+
+
+def context(snap: Snapshot) -> Context:
+    nodes = {n.name: n for n in snap.nodes}
+    part_tres: dict[str, dict[str, int]] = {}
+    for p in snap.partitions:
+        tot = {"cpu": 0, "mem": 0, "node": 0, "gres/gpu": 0}
+        for nm in set(p.node_names):
+            n = nodes.get(nm)
+            if n is not None:
+                tot["cpu"] += n.cpus
+                tot["mem"] += n.mem
+                tot["node"] += 1
+                tot["gres/gpu"] += n.gpus
+        part_tres[p.name] = tot
+    pf = {p.name: p.priority_job_factor for p in snap.partitions}
+    qp = {q.name: q.priority for q in snap.qos}
+    ap = {a.key: a.priority for a in snap.assocs}
+    return Context(
+        total_nodes=len(snap.nodes), total_cpus=sum(n.cpus for n in snap.nodes),
+        part_factor=pf, max_part_factor=max(pf.values(), default=0),
+        qos_prio=qp, max_qos_prio=max(qp.values(), default=0),
+        assoc_prio=ap, max_assoc_prio=max(ap.values(), default=0),
+        part_tres=part_tres, fairshare=snap.fairshare,
+    )
+
+
+def _norm(v: float, top: float, raw: bool) -> float:
+    if raw:
+        return float(v)
+    return v / top if top > 0 else 0.0
+
+
+def _job_size(job: JobView, cfg: SchedConfig) -> tuple[int, int, int]:
+    rq = request_of(job, cfg)
+    tasks = rq.ntasks if rq.tasks_mode != "one" else rq.lo
+    cpus = max(1, tasks * rq.cpt)
+    gpus = rq.gpus * (rq.lo if rq.gpu_mode == "node" else tasks if rq.gpu_mode == "task" else 1)
+    return rq.lo, cpus, gpus
+
+
+def multifactor(job: JobView, partition: str, now: int, cfg: SchedConfig, ctx: Context) -> Priority:
+    flags = cfg.priority_flags
+    no_all = "NO_NORMAL_ALL" in flags
+    blocked = job.blocked is not None and "ACCRUE_ALWAYS" not in flags
+    accrue = job.eligible_time if job.eligible_time is not None else job.submit_time
+    if blocked or cfg.priority_max_age <= 0:
+        age = 0.0 if blocked else 1.0
+    else:
+        age = min(1.0, max(0, now - accrue) / cfg.priority_max_age)
+    nodes, cpus, gpus = _job_size(job, cfg)
+    N, C = max(1, ctx.total_nodes), max(1, ctx.total_cpus)
+    if "SMALL_RELATIVE_TO_TIME" in flags:
+        minutes = job.time_limit or 1
+        size = max(nodes * C / N, cpus) / minutes / C
+    elif cfg.priority_favor_small:
+        size = ((N - nodes) / N + (C - cpus) / C) / 2
+    else:
+        size = (nodes / N + cpus / C) / 2
+    size = min(1.0, max(0.0, size))
+    user_key = (job.account, job.user)
+    fs = float(ctx.fairshare.get(user_key, 0.0))
+    normalized = {
+        "age": age,
+        "assoc": _norm(ctx.assoc_prio.get(user_key, ctx.assoc_prio.get((job.account, None), 0)),
+                       ctx.max_assoc_prio, no_all or "NO_NORMAL_ASSOC" in flags),
+        "fairshare": fs,
+        "jobsize": size,
+        "partition": _norm(ctx.part_factor.get(partition, 0), ctx.max_part_factor,
+                           no_all or "NO_NORMAL_PART" in flags),
+        "qos": _norm(ctx.qos_prio.get(job.qos, 0), ctx.max_qos_prio,
+                     no_all or "NO_NORMAL_QOS" in flags),
+    }
+    weights = {
+        "age": cfg.weight_age, "assoc": cfg.weight_assoc, "fairshare": cfg.weight_fairshare,
+        "jobsize": cfg.weight_jobsize, "partition": cfg.weight_partition, "qos": cfg.weight_qos,
+    }
+    weighted = {k: weights[k] * normalized[k] for k in FACTORS}
+    if cfg.weight_tres:
+        tot = ctx.part_tres.get(partition, {})
+        req = {"cpu": cpus, "node": nodes, "gres/gpu": gpus}
+        raw_t = no_all or "NO_NORMAL_TRES" in flags
+        for t, w in cfg.weight_tres:
+            f = _norm(req.get(t, 0), tot.get(t, 0), raw_t)
+            normalized[f"tres/{t}"] = f
+            weighted[f"tres/{t}"] = w * f
+    total = cfg.site_factor + sum(weighted.values()) - job.nice
+    prio = job.priority if job.fixed_priority else int(min(MAX_PRIORITY, max(1, total)))
+    return Priority(job_id=job.job_id, partition=partition, priority=prio,
+                    normalized=normalized, weighted=weighted, nice=job.nice,
+                    site=cfg.site_factor)
+
+
+def priorities(snap: Snapshot, cfg: SchedConfig) -> dict[tuple[int, str], int]:
+    """Priority per (job, partition) for every pending job (per-partition factor)."""
+    ctx = context(snap)
+    out: dict[tuple[int, str], int] = {}
+    for job in snap.pending:
+        for p in dict.fromkeys(job.partitions):
+            out[(job.job_id, p)] = multifactor(job, p, snap.now, cfg, ctx).priority
+    return out
