@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from muster.core import JobView, NodeView, PartitionView, SchedConfig, Snapshot
+from muster.core.placement import NodeAlloc
+from muster.core.snapshot import RunningView
 
 _job_ids = iter(range(1, 10**9))
 _node_index = iter(range(10**6, 10**9))  # definition order = creation order when not given
@@ -58,3 +62,33 @@ def snapshot(node_views, jobs=(), parts=None, now: int = 1000) -> Snapshot:
 
 
 CFG = SchedConfig()
+
+
+def running(job_id: int, allocs, *, start: int = 0, end: int | None = None,
+            partition: str = "p", **kw) -> RunningView:
+    """A running job; ``allocs`` = [(node, cpus, mem, gpus tuple), ...]."""
+    nas = tuple(NodeAlloc(node=n, cpus=c, mem=m, gpus=tuple(g), tasks=1) for n, c, m, g in allocs)
+    return RunningView(job_id=job_id, partition=partition, nodes=nas, start_time=start,
+                       end_time=end, **kw)
+
+
+def busy_snapshot(node_views, running_jobs, jobs=(), parts=None, now: int = 1000, **kw) -> Snapshot:
+    """Snapshot whose nodes' free resources already exclude ``running_jobs``."""
+    used: dict[str, list] = {}
+    for r in running_jobs:
+        for a in r.nodes:
+            u = used.setdefault(a.node, [0, 0, set()])
+            u[0] += a.cpus
+            u[1] += a.mem
+            u[2] |= set(a.gpus)
+    out = []
+    for n in node_views:
+        u = used.get(n.name)
+        if u:
+            n = replace(n, cpus_free=n.cpus_free - u[0], mem_free=n.mem_free - u[1],
+                        gpus_free=tuple(g for g in n.gpus_free if g not in u[2]))
+        out.append(n)
+    if parts is None:
+        parts = (partition("p", out),)
+    return Snapshot(now=now, nodes=tuple(out), partitions=tuple(parts), pending=tuple(jobs),
+                    running=tuple(running_jobs), **kw)

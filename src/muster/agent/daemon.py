@@ -32,6 +32,7 @@ from muster.controller.netio import BadFrame, frame, read_frame
 log = logging.getLogger("musterd")
 
 HEARTBEAT_S = 5.0
+ZYGOTE = None  # channel to the zygote (muster.agent.zygote), set by the entry point
 
 
 async def run_many(agents: list["Agent"]) -> None:
@@ -225,11 +226,34 @@ class Agent:
         if os.getuid() == 0:
             os.chown(script, L["uid"], L["gid"])
         _write_json(os.path.join(d, "launch.json"), {k: v for k, v in L.items() if k != "script"})
+        pid, pidfd, child = self._spawn("batch", d, L)
+        self._follow(key[0], key[1], pid, pidfd, child=child)
+        self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
+
+    def _spawn(self, kind: str, spool: str, L: dict) -> tuple[int, int, bool]:
+        """Start a supervisor (batch) or step daemon; returns (pid, pidfd, is_our_child).
+        Through the zygote when there is one (cheap fork of a small process), else by forking
+        ourselves."""
+        global ZYGOTE
+        if ZYGOTE is not None:
+            try:
+                ZYGOTE.send(json.dumps({"kind": kind, "spool": spool, "node": self.name}).encode())
+                data, fds, _flags, _addr = socket.recv_fds(ZYGOTE, 65536, 1)
+                reply = json.loads(data or b"{}")
+                if "pid" in reply and fds:
+                    return reply["pid"], fds[0], False
+                for fd in fds:
+                    os.close(fd)
+                log.error("zygote: %s", reply.get("error"))
+            except (OSError, ValueError) as exc:
+                log.error("zygote unusable (%s): forking directly from now on", exc)
+                ZYGOTE = None
         pid = os.fork()
         if pid == 0:
-            run_supervisor(d, L, self.name)  # never returns
-        self._follow(key[0], key[1], pid, os.pidfd_open(pid), child=True)
-        self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
+            if kind == "batch":
+                run_supervisor(spool, L, self.name)  # never returns
+            run_stepd(spool, L, self.name)
+        return pid, os.pidfd_open(pid), True
 
     def _poke(self, job_id: int, run: int, sig: int) -> None:
         info = self.jobs.get((job_id, run))
@@ -280,12 +304,9 @@ class Agent:
         if key in self.steps or key in self.unacked_steps or os.path.exists(d):
             return
         os.makedirs(d, mode=0o711)
-        _write_json(os.path.join(d, "launch.json"), {k: v for k, v in L.items() if k != "env"})
-        pid = os.fork()
-        if pid == 0:
-            run_stepd(d, L, self.name)  # never returns
-        pidfd = os.pidfd_open(pid)
-        self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": True}
+        _write_json(os.path.join(d, "launch.json"), L)
+        pid, pidfd, child = self._spawn("step", d, L)
+        self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": child}
         asyncio.get_running_loop().add_reader(pidfd, self._stepd_exited, key)
 
     def _stepd_exited(self, key) -> None:
@@ -501,8 +522,10 @@ def _read_json(path: str) -> dict | None:
 
 
 def _write_json(path: str, obj: dict) -> None:
+    """Atomic, and private (0600): launch descriptions hold the job's environment."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
         json.dump(obj, fh)
     os.replace(tmp, path)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import socket
@@ -44,12 +43,21 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"musterd: error: node {unknown[0]} is not in {path}", file=sys.stderr)
         return 1
+    # fork the zygote now, while this process is still small (see muster.agent.zygote)
+    from muster.agent import zygote
+    chan, _zpid = zygote.start()
+    from muster.agent import daemon
     from muster.agent.daemon import Agent, run_many
+    daemon.ZYGOTE = chan
     try:
         agents = [Agent(cfg, n) for n in names]
     except Exception as exc:  # noqa: BLE001
         print(f"musterd: error: {exc}", file=sys.stderr)
         return 1
+    import asyncio
+    import gc
+    gc.collect()
+    gc.freeze()  # everything loaded so far is permanent: forked supervisors never touch it via gc
     asyncio.run(agents[0].run() if len(agents) == 1 else run_many(agents))
     return 0
 

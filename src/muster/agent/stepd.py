@@ -69,6 +69,7 @@ class _StepD:
         self.term_requested = False
         self.kill_at: float | None = None
         self.why: str | None = None
+        self.drain_until: float | None = None  # set once every task has exited
 
     def _on_term(self, signum, frame):
         self.term_requested = True
@@ -217,7 +218,8 @@ class _StepD:
         if lost_at_start:
             self._begin_kill("srun", quiet=True)
         while not self._done():
-            timeout = None if self.kill_at is None else max(0.0, self.kill_at - time.time())
+            deadlines = [d for d in (self.kill_at, self.drain_until) if d is not None]
+            timeout = max(0.0, min(deadlines) - time.time()) if deadlines else None
             for key, mask in self.sel.select(timeout):
                 kind, t = key.data
                 if kind == "out" or kind == "err":
@@ -239,6 +241,25 @@ class _StepD:
                     if t.status is None:
                         _killpg(t.pid, signal.SIGKILL)
                 self.kill_at = None
+            if self.drain_until is None and all(t.status is not None for t in self.tasks):
+                # every task has exited: what is left in their sessions (a background child
+                # holding stdout open) dies with the step, as in Slurm's step container; then
+                # the pipes reach EOF once their buffered output has been read
+                for t in self.tasks:
+                    _killpg(t.pid, signal.SIGKILL)
+                self.drain_until = time.time() + 5
+            elif self.drain_until is not None and time.time() >= self.drain_until:
+                # a process that left the task's session still holds a pipe: stop waiting
+                for t in self.tasks:
+                    if t.out is None and t.err is None:
+                        continue  # its EXIT frame is already out
+                    for kind in ("out", "err"):
+                        fd = t.out if kind == "out" else t.err
+                        if fd is not None:
+                            self.sel.unregister(fd)
+                            os.close(fd)
+                            setattr(t, kind, None)
+                    self._maybe_exit_frame(t)
         for t in self.tasks:
             _killpg(t.pid, signal.SIGKILL)  # leftovers in the tasks' sessions
         self._send(io.pack(io.DONE, 0, json.dumps({"node": self.node}).encode()))

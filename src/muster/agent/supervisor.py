@@ -48,6 +48,8 @@ def run_supervisor(spool: str, launch: dict, node: str) -> None:
     """Entry point in the forked child. Never returns."""
     code = 0
     try:
+        import gc
+        gc.disable()  # a collection would touch (and copy) every page inherited from the agent
         # the agent's event loop registered a wake-up fd for signals; a signal delivered to us
         # must not be written into the agent's loop (it would think *it* got the signal)
         signal.set_wakeup_fd(-1)
@@ -97,23 +99,16 @@ class _Supervisor:
         out_path, err_path = self._paths()
         self.err_path = err_path
         start = time.time()
-        # exec-failure pipe: closed by a successful execve (O_CLOEXEC), written on failure
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            os.close(err_r)
-            _exec_job(self.launch, self.spool, out_path, err_path, err_w)  # never returns
-        os.close(err_w)
-        with open(os.path.join(self.spool, "job.pid"), "w") as fh:
-            fh.write(str(pid))
-        failure = b""
-        while chunk := os.read(err_r, 4096):
-            failure += chunk
-        os.close(err_r)
-        status = self._watch(pid, start)
-        if failure:
-            status["launch_failed"] = True
-            status["launch_error"] = failure.decode(errors="replace")[:1000]
+        pid, failure = _spawn_job(self.launch, self.spool, out_path, err_path)
+        if pid is None:
+            status = {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": 1,
+                      "signal": 0, "timed_out": False, "terminated": None,
+                      "start_time": int(start), "end_time": int(time.time()),
+                      "launch_failed": True, "launch_error": failure[:1000]}
+        else:
+            with open(os.path.join(self.spool, "job.pid"), "w") as fh:
+                fh.write(str(pid))
+            status = self._watch(pid, start)
         write_json_atomic(os.path.join(self.spool, "status.json"), status)
 
     def _deadline(self, start: float) -> float | None:
@@ -239,44 +234,85 @@ def _open_output(path: str, flags: int, patience: float = 3.0) -> int:
             time.sleep(0.02)
 
 
-def _exec_job(L: dict, spool: str, out_path: str, err_path: str, err_w: int) -> None:
-    """In the job's own process: become the user, set up files, exec. Never returns."""
+class _AsUser:
+    """Switch the *effective* ids to the job's user (root only), so that files are opened and
+    directories checked with the user's permissions — root never opens a path for a user that
+    the user could not open (a symlink to /etc/shadow stays harmless)."""
+
+    def __init__(self, uid: int, gid: int, groups: list[int]):
+        self.ids = (uid, gid, groups)
+        self.active = os.geteuid() == 0 and uid != 0
+
+    def __enter__(self):
+        if self.active:
+            uid, gid, groups = self.ids
+            os.setgroups(groups)
+            os.setegid(gid)
+            os.seteuid(uid)
+        return self
+
+    def __exit__(self, *exc):
+        if self.active:
+            os.seteuid(0)
+            os.setegid(0)
+            os.setgroups([0])
+        return False
+
+
+# $$ of this shell is the pid the script keeps after `exec` (SLURM_TASK_PID is the batch
+# shell's own pid); the wrapper costs one exec and no Python in the child.
+_WRAPPER = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@"'
+
+
+def _spawn_job(L: dict, spool: str, out_path: str, err_path: str) -> tuple[int | None, str]:
+    """Start the batch script as the job's user in its own session. Returns (pid, "") or
+    (None, reason). The child runs no Python: subprocess's C fork/exec does setsid, the
+    uid/gid/groups switch, umask, chdir and the fd plumbing."""
+    import subprocess
+    uid, gid = L["uid"], L["gid"]
+    groups = L.get("groups") or [gid]
+    if os.getuid() != 0 and os.getuid() != uid:
+        return None, "slurmstepd: error: agent cannot switch to the job's user (not root)"
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC)
+    umask = L.get("umask", 0o022)
+    fds = []
     try:
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        if os.getuid() == 0 and L["uid"] != 0:
-            os.setgroups(L.get("groups") or [L["gid"]])
-            os.setgid(L["gid"])
-            os.setuid(L["uid"])
-        elif os.getuid() != L["uid"] and os.getuid() != 0:
-            raise PermissionError("agent cannot switch to the job's user (not root)")
-        os.umask(L.get("umask", 0o022))
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC)
-        try:
-            os.chdir(L["work_dir"])
-        except OSError as exc:
-            os.chdir("/tmp")
-            chdir_error = f"slurmstepd: error: couldn't chdir to `{L['work_dir']}': {exc.strerror}: going to /tmp instead\n"
-        else:
-            chdir_error = None
-        out_fd = _open_output(out_path, flags)
-        err_fd = out_fd if err_path == out_path else _open_output(err_path, flags)
-        in_fd = os.open(L.get("stdin") or "/dev/null", os.O_RDONLY)
-        os.dup2(in_fd, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        if chdir_error:
-            os.write(2, chdir_error.encode())
-        env = dict(L["env"])
-        env["SLURM_TASK_PID"] = str(os.getpid())
-        script = os.path.join(spool, "script")
-        os.execve(script, [script] + list(L.get("argv") or []), env)
-    except BaseException as exc:  # noqa: BLE001
-        msg = f"slurmstepd: error: execve(): {exc}\n".encode()
-        for fd in (err_w, 2):
+        with _AsUser(uid, gid, groups):
+            old = os.umask(umask)
             try:
-                os.write(fd, msg)
-            except OSError:
-                pass
-        os._exit(127)
+                out_fd = _open_output(out_path, flags)
+                fds.append(out_fd)
+                err_fd = out_fd if err_path == out_path else _open_output(err_path, flags)
+                fds.append(err_fd)
+                in_fd = os.open(L.get("stdin") or "/dev/null", os.O_RDONLY)
+                fds.append(in_fd)
+            finally:
+                os.umask(old)
+            cwd = L["work_dir"]
+            if not (os.path.isdir(cwd) and os.access(cwd, os.X_OK, effective_ids=True)):
+                os.write(err_fd, (f"slurmstepd: error: couldn't chdir to `{cwd}': No such file or "
+                                  "directory: going to /tmp instead\n").encode())
+                cwd = "/tmp"
+    except OSError as exc:
+        for fd in fds:
+            os.close(fd)
+        return None, f"slurmstepd: error: {exc}"
+    script = os.path.join(spool, "script")
+    kw = {}
+    if os.getuid() == 0 and uid != 0:
+        kw = {"user": uid, "group": gid, "extra_groups": groups}
+    try:
+        proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, script, *(L.get("argv") or [])],
+                                stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd=cwd, env=L["env"],
+                                start_new_session=True, umask=umask, close_fds=True, **kw)
+    except OSError as exc:
+        try:
+            os.write(err_fd, f"slurmstepd: error: execve(): {exc}\n".encode())
+        except OSError:
+            pass
+        return None, f"slurmstepd: error: execve(): {exc}"
+    finally:
+        for fd in set(fds):
+            os.close(fd)
+    proc.returncode = 0  # reaped by _watch through the pidfd; keep Popen from reaping or warning
+    return proc.pid, ""

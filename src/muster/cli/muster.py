@@ -351,7 +351,7 @@ def cmd_status(args) -> int:
                         "running": _alive(rec["controller"])})
     api = None
     if rec.get("restd"):
-        daemons.append({"name": "musterrestd", "pid": rec["restd"], "running": _alive(rec["restd"])})
+        # reported under "api" (not "daemons", whose list is the controller and the agents)
         try:
             with open(os.path.join(state, RESTD_INFO)) as fh:
                 api = json.load(fh)
@@ -375,7 +375,8 @@ def cmd_status(args) -> int:
     print(f"State dir:  {state}")
     print(f"Controller: {'responding' if info else 'NOT responding'}")
     if api:
-        print(f"REST API:   {api['url']}  ({'running' if api['running'] else 'NOT running'})")
+        print(f"REST API:   {api['url']}  (musterrestd pid {api['pid']}, "
+              f"{'running' if api['running'] else 'NOT running'})")
         print(f"Dashboard:  {api['dashboard']}")
         print(f"Metrics:    {api['metrics']}")
     for d in daemons:

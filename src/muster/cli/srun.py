@@ -578,6 +578,20 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 signal.SIGQUIT):
         signal.signal(sig, handler)
     reported_lost: set[str] = set()
+
+    def report_lost():
+        new_lost = sorted(sio.lost_nodes - reported_lost)
+        if new_lost:
+            # a node's step daemon vanished without its final report: like Slurm, the step
+            # cannot go on without that node — say so now and stop the tasks elsewhere
+            for n in new_lost:
+                sys.stderr.write(f"srun: error: Node failure on {n}\n")
+            sys.stderr.flush()
+            reported_lost.update(new_lost)
+            if not state["killed"] and not sio.finished():
+                state["killed"] = True
+                sio.signal_tasks(signal.SIGKILL)
+
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
     next_check = 0.0
     while not sio.finished():
@@ -612,17 +626,8 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
             if not st.get("running"):
                 sio.lost_nodes |= sio.suspect - sio.done_nodes
                 break
-        new_lost = sorted(sio.lost_nodes - reported_lost)
-        if new_lost:
-            # a node's step daemon vanished without its final report: like Slurm, the step
-            # cannot go on without that node — say so now and stop the tasks elsewhere
-            for n in new_lost:
-                sys.stderr.write(f"srun: error: Node failure on {n}\n")
-            sys.stderr.flush()
-            reported_lost.update(new_lost)
-            if not state["killed"]:
-                state["killed"] = True
-                sio.signal_tasks(signal.SIGKILL)
+        report_lost()
+    report_lost()
     for t in list(sio.task_node):
         sio._flush_task(t)
     sys.stdout.flush()

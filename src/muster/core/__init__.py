@@ -19,6 +19,13 @@ Vocabulary:
 * **block policy** - what lower-priority entries may still use after one waits for
   resources (main scheduler: nothing in that partition); backfill will replace it.
 * **plan** - the decision; the shell re-checks and commits it (plan_apply).
+* **timeline** - free resources per node over integer time (:mod:`.timeline`); backfill
+  (:mod:`.backfill`) carves starts and reservations out of it; the variants differ only
+  in reservation depth (EASY = 1, conservative = None).
+
+Modules: snapshot (input types), placement (one job on given nodes), schedule (the
+cycle), timeline, backfill, priority (multifactor), fairshare (Fair Tree / classic,
+sshare), limits (partition/QOS/association → reasons, submit check), preempt, topology.
 
 Nothing here touches sockets, files, threads, subprocesses, the wall clock or global
 randomness; same input → identical Plan.
@@ -39,11 +46,29 @@ from .placement import (
     place_request,
     request_of,
 )
+from .preempt import Preemption
 from .schedule import BlockPolicy, MainBlocking, Plan, Start, schedule
-from .snapshot import JobView, NodeView, PartitionView, SchedConfig, Snapshot
+from .snapshot import (
+    AssocView,
+    JobView,
+    NodeView,
+    PartitionView,
+    QosView,
+    ReservationView,
+    RunningView,
+    SchedConfig,
+    Snapshot,
+    SwitchView,
+)
 
 __all__ = [
     "Allocation",
+    "AssocView",
+    "Preemption",
+    "QosView",
+    "ReservationView",
+    "RunningView",
+    "SwitchView",
     "BlockPolicy",
     "JobView",
     "MainBlocking",

@@ -152,17 +152,18 @@ class _Planner:
                     return None
             return tl.earliest_general(job, rq, cands, d, horizon)
         shape, k = shaped
-        select = None
+        select = retry = None
         if k > 1 and self.topo is not None:
             topo = self.topo
             wait = job.switch_wait if job.switch_wait is not None else cfg.max_switch_wait
             since = job.eligible_time if job.eligible_time is not None else job.submit_time
             deadline = since + wait if job.switches else 0
+            retry = deadline if deadline > self.now else None
 
             def select(T: int, fitting: list) -> list[int] | None:
                 cap = job.switches if job.switches and T < deadline else None
                 return topo.select(k, fitting, cap)
-        got = tl.earliest(ck, cands, shape, d, k, horizon, select)
+        got = tl.earliest(ck, cands, shape, d, k, horizon, select, retry)
         if got is None:
             return None
         T, ps = got

@@ -71,8 +71,8 @@ class Shape(tuple):
 class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
-    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap",
-                 "_heaps")
+    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap", "changes",
+                 "_heaps", "_dead")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
         self.now = now
@@ -95,7 +95,13 @@ class Timeline:
                 self.gs.append([0])
             self.cap.append((n.cpus, n.mem, n.gpus, n.weight))
         self.ver = [0] * len(self.nodes)
+        # per node, the windows taken since the start (version = their count); a cached
+        # fit whose window misses all later ones is still exact
+        self.changes: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
         self._heaps: dict[tuple, list] = {}
+        # (ck, shape, d, horizon) → smallest k found not to fit by horizon: the profile
+        # only shrinks, so it never will in this cycle
+        self._dead: dict[tuple, int] = {}
 
     @classmethod
     def build(
@@ -153,6 +159,7 @@ class Timeline:
             cs[j] -= cpus
             ms[j] -= mem
             gs[j] &= keep
+        self.changes[p].append((t0, t1))
         self.ver[p] += 1
 
     def block(self, p: int, t0: int, t1: int) -> None:
@@ -167,6 +174,7 @@ class Timeline:
             cs[j] = 0
             ms[j] = 0
             gs[j] = 0
+        self.changes[p].append((t0, t1))
         self.ver[p] += 1
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
@@ -299,6 +307,7 @@ class Timeline:
         k: int,
         horizon: int,
         select: Callable[[int, list[tuple]], list[int] | None] | None = None,
+        retry_at: int | None = None,
     ) -> tuple[int, list[int]] | None:
         """Earliest ``T`` in ``[now, horizon]`` with ``k`` of ``cands`` fitting ``shape``
         for ``[T, T+d)``, and the chosen node positions (best fit: least free first).
@@ -306,7 +315,7 @@ class Timeline:
         ``ck`` names the candidate set (cache key). ``select(T, fitting)`` may pick ``k``
         nodes from the fitting ones (sorted best fit first; entries
         ``(weight, gpus, cpus, mem, p)``) or refuse with None (topology): the search
-        then goes on to later times.
+        then goes on to later times, and also tries ``retry_at`` (when ``select`` relents).
 
         Method: a cached min-heap per (``ck``, shape, d) of every node's earliest fit from
         ``now``; entries of nodes changed since (version) are recomputed when they reach
@@ -314,6 +323,9 @@ class Timeline:
         a sweep over candidate times: at each, all nodes seen so far are re-checked; one
         that no longer fits re-enters a query-local heap at its next fit.
         """
+        dkey = (ck, shape, d, horizon)
+        if select is None and k >= self._dead.get(dkey, INF):
+            return None
         heap = self._heap(ck, cands, shape, d)
         ver, now = self.ver, self.now
         taken: list[tuple] = []
@@ -321,35 +333,30 @@ class Timeline:
         active: list[int] = []
         T = now
         result = None
+        jump = False
         while True:
-            while heap:
-                e = heap[0]
-                if e[3] == ver[e[2]]:
-                    break
-                got = self._entries((e[2],), e[0], d, shape)  # old value: a lower bound
-                if got:
-                    heapreplace(heap, got[0])
+            if not jump:
+                e = self._pop(heap, local, taken, d, shape, horizon)
+                if e is None:
+                    if retry_at is None or not active or retry_at <= T or retry_at > horizon:
+                        break
+                    T, retry_at = retry_at, None
                 else:
-                    heappop(heap)
-            st = heap[0][0] if heap else INF
-            lt = local[0][0] if local else INF
-            if st <= lt:
-                if st > horizon:
-                    break
-                e = heappop(heap)
-                taken.append(e)
-            else:
-                if lt > horizon:
-                    break
-                e = heappop(local)
-            if e[0] > T:
-                T = e[0]
-            active.append(e[2])
-            if len(active) < k:
-                continue
-            if k == 1 and select is None:
-                result = (T, active)
-                break
+                    if e[0] > T:
+                        T = e[0]
+                    active.append(e[2])
+                    if len(active) < k:
+                        continue
+                    if k == 1 and select is None:
+                        result = (T, active)
+                        break
+                    if select is not None:  # topology wants every node that fits at T
+                        while True:
+                            e = self._pop(heap, local, taken, d, shape, T)
+                            if e is None:
+                                break
+                            active.append(e[2])
+            jump = False
             fitting = []
             redo = []
             for q in active:
@@ -365,12 +372,49 @@ class Timeline:
                 if chosen is not None:
                     result = (T, chosen)
                     break
+                nxt = min(heap[0][0] if heap else INF, local[0][0] if local else INF)
+                if retry_at is not None and T < retry_at < nxt and retry_at <= horizon:
+                    T, retry_at, jump = retry_at, None, True
             for r in self._entries(redo, T, d, shape):
                 heappush(local, r)
             active = [f[4] for f in fitting]
         for e in taken:
             heappush(heap, e)
+        if result is None and select is None:
+            self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
+
+    def _pop(self, heap: list, local: list, taken: list, d: int, shape: Shape, upto: int):
+        """The next exact entry ``<= upto`` from the shared or the query-local heap."""
+        ver, changes = self.ver, self.changes
+        while heap:
+            e = heap[0]
+            p = e[2]
+            if e[3] == ver[p]:
+                break
+            s, end = e[0], e[0] + d
+            for t0, t1 in changes[p][e[3]:]:
+                if t0 < end and s < t1:
+                    break
+            else:  # nothing taken inside its window since: still exact
+                heapreplace(heap, (s, e[1], p, ver[p]))
+                break
+            got = self._entries((p,), s, d, shape)  # old value: a lower bound
+            if got:
+                heapreplace(heap, got[0])
+            else:
+                heappop(heap)
+        st = heap[0][0] if heap else INF
+        lt = local[0][0] if local else INF
+        if st <= lt:
+            if st > upto:
+                return None
+            e = heappop(heap)
+            taken.append(e)
+            return e
+        if lt > upto:
+            return None
+        return heappop(local)
 
     def earliest_general(
         self,

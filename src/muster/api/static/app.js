@@ -66,6 +66,7 @@
     }
   }
   function ingest(snap) {
+    const t0 = performance.now();
     state.snap = snap;
     const cols = snap.job_columns, idx = {};
     cols.forEach((c, i) => { idx[c] = i; });
@@ -79,6 +80,7 @@
     $("cluster-name").textContent = snap.cluster;
     summarize(); drawMap(); buildQueue(); drawGantt();
     if (state.selected) refreshDetailHeader();
+    state.renderMs = performance.now() - t0;  // one full refresh (exposed for perf checks)
   }
   function summarize() {
     const n = state.snap.nodes, counts = {};

@@ -1,0 +1,121 @@
+"""Simulator speed and validation (docs/simulation.md).
+
+    python bench/sim_speed.py                 # speed: full CTC under each policy the core offers
+    python bench/sim_speed.py --validate      # RLScheduler protocol + full KTH/CTC/HPC2N replays
+    python bench/sim_speed.py --profile fifo  # cProfile of one full CTC replay (top 15)
+
+Each speed run is a fresh subprocess, so its peak RSS (ru_maxrss) is the replay's own;
+jobs/s counts the replayed jobs over the engine's wall time (trace reading excluded, shown
+apart). AccaSim reference on the same 2-core class of machine: EASY 455 jobs/s, FIFO 67 jobs/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+TRACES = os.environ.get("MUSTER_TRACES", "/work/shared/traces")
+CTC = f"{TRACES}/swf/CTC-SP2-1996-3.1-cln.swf.gz"
+ACCASIM = {"easy": 455, "fifo": 67}
+
+_CHILD = r"""
+import json, resource, sys, time
+from muster.sim.traces import read_trace
+from muster.sim.replay import MachineSpec, replay_trace
+path, policy = sys.argv[1], sys.argv[2]
+t0 = time.perf_counter(); tr = read_trace(path); t_read = time.perf_counter() - t0
+res, m = replay_trace(tr, tr.jobs, policy, MachineSpec())
+print(json.dumps({"policy": policy, "jobs": m["jobs"], "read_s": t_read, "wall_s": res.wall_s,
+                  "core_s": res.core_s, "core_calls": res.core_calls,
+                  "jobs_per_s": m["jobs"] / res.wall_s, "bsld": m["bounded_slowdown_mean"],
+                  "wait_mean_s": m["wait_mean_s"], "utilization": m["utilization"],
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def speed(policies: list[str], path: str = CTC) -> list[dict]:
+    out = []
+    for pol in policies:
+        p = subprocess.run([sys.executable, "-c", _CHILD, path, pol], capture_output=True,
+                           text=True, check=True)
+        r = json.loads(p.stdout)
+        out.append(r)
+        ref = ACCASIM.get(pol)
+        vs = f"  ({r['jobs_per_s'] / ref:,.0f}x AccaSim)" if ref else ""
+        print(f"{pol:<13} {r['jobs']:,} jobs  {r['wall_s']:6.2f} s  {r['jobs_per_s']:>9,.0f} jobs/s{vs}"
+              f"  core {r['core_s']:.2f} s / {r['core_calls']:,} calls"
+              f"  read {r['read_s']:.2f} s  peak RSS {r['peak_rss_mib']:.0f} MiB")
+    return out
+
+
+def validate(seed: int = 0) -> None:
+    from muster.sim import backfill_available
+    from muster.sim.replay import MachineSpec, random_starts, replay_trace
+    from muster.sim.traces import read_trace
+
+    pols = ["fifo"] + (["easy"] if backfill_available() else [])
+    published = {"lublin_256": (7273.77, 235.82), "lublin_256_new2": (7842.47, 247.61),
+                 "HPC2N-2002-2.2-cln": (297.18, 127.38)}
+    print("| trace | policy | Muster mean bsld (10 × 1,024 jobs, seed %d) | RLScheduler | ratio |" % seed)
+    print("|---|---|---|---|---|")
+    for name, pub in published.items():
+        tr = read_trace(f"{TRACES}/swf/{name}.swf.gz")
+        starts = random_starts(len(tr.jobs), 1024, 10, seed)
+        for k, pol in enumerate(pols):
+            vals = []
+            for s in starts:
+                _, m = replay_trace(tr, tr.jobs[s:s + 1024], pol, MachineSpec())
+                vals.append(m["bounded_slowdown_mean"])
+            mean = sum(vals) / len(vals)
+            print(f"| {name} | {pol} | {mean:,.2f} (windows: {min(vals):,.0f}–{max(vals):,.0f}) "
+                  f"| {pub[k]:,.2f} | {mean / pub[k]:.2f} |")
+    print()
+    print("| trace | policy | jobs | mean wait (s) | mean bsld | utilization | killed at limit |")
+    print("|---|---|---|---|---|---|---|")
+    for name in ("KTH-SP2-1996-2.1-cln", "CTC-SP2-1996-3.1-cln", "HPC2N-2002-2.2-cln"):
+        tr = read_trace(f"{TRACES}/swf/{name}.swf.gz")
+        for pol in pols:
+            _, m = replay_trace(tr, tr.jobs, pol, MachineSpec())
+            print(f"| {name} | {pol} | {m['jobs']:,} | {m['wait_mean_s']:,.0f} | "
+                  f"{m['bounded_slowdown_mean']:,.1f} | {m['utilization']:.3f} | "
+                  f"{m['killed_at_limit']:,} |")
+
+
+def profile(policy: str) -> None:
+    import cProfile
+    import pstats
+
+    from muster.sim.replay import MachineSpec, replay_trace
+    from muster.sim.traces import read_trace
+    tr = read_trace(CTC)
+    pr = cProfile.Profile()
+    pr.enable()
+    replay_trace(tr, tr.jobs, policy, MachineSpec())
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(15)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--validate", action="store_true")
+    ap.add_argument("--profile", metavar="POLICY")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policies", default=None, help="comma list (default: all available)")
+    a = ap.parse_args()
+    if a.validate:
+        validate(a.seed)
+        return
+    if a.profile:
+        profile(a.profile)
+        return
+    from muster.sim import backfill_available
+    pols = a.policies.split(",") if a.policies else (
+        ["fifo", "easy", "conservative"] if backfill_available() else ["fifo"])
+    speed(pols)
+
+
+if __name__ == "__main__":
+    main()
