@@ -11,11 +11,13 @@ PY=${PYTHON:-/usr/bin/python3}
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,tools]'
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,tools,api,sim]'
 # compile bytecode so CLI start-up is measured and felt as users will (PYTHONDONTWRITEBYTECODE
 # may be set in some environments)
 "$VENV/bin/python" -m compileall -q src >/dev/null || true
 if [ "$(id -u)" = 0 ]; then
+  # the dashboard test drives Debian's Chromium (never a downloaded browser)
+  [ -x /usr/bin/chromium ] || PYTHON="$VENV/bin/python" sh scripts/install-browser.sh
   # the identity tests submit as two unprivileged users
   for u in mustertest mustertest2; do
     id "$u" >/dev/null 2>&1 || useradd -m "$u"

@@ -168,6 +168,12 @@ def _main() -> int:
         jobs = [j for j in jobs if j["account"] in accs]
     if selectors:
         jobs = _select(jobs, selectors)
+    if opts.get("json") or opts.get("yaml"):
+        from muster.cli import fmt_json
+        doc = fmt_json.sacct_json(jobs, reply["now"], cluster=reply.get("cluster", ""),
+                                  command=["sacct", *sys.argv[1:]])
+        sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
+        return 0
     out = fmt_sacct.render(
         jobs, fields=fields, parsable=bool(opts.get("parsable")), parsable2=bool(opts.get("parsable2")),
         delimiter=opts.get("delimiter") or "|", noheader=bool(opts.get("noheader")),

@@ -48,6 +48,12 @@ def _action(op: str, refs: list[dict], extra: dict | None = None, verb: str = ""
     return 0
 
 
+def _structured(opts: dict, doc: dict) -> int:
+    from muster.cli import fmt_json
+    sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
+    return 0
+
+
 def show(what: str, arg: str | None, opts: dict) -> int:
     from muster.cli import fmt_scontrol
     one = bool(opts.get("oneliner"))
@@ -75,6 +81,9 @@ def show(what: str, arg: str | None, opts: dict) -> int:
             print("No jobs in the system")
             return 0
         jobs.sort(key=lambda j: j["job_id"])
+        if opts.get("json") or opts.get("yaml"):
+            from muster.cli import fmt_json
+            return _structured(opts, fmt_json.squeue_json(jobs, reply["now"]))
         sys.stdout.write("".join(fmt_scontrol.show_job(j, reply["now"], one_liner=one,
                                                        details=bool(opts.get("details")))
                                  for j in jobs))
@@ -89,6 +98,9 @@ def show(what: str, arg: str | None, opts: dict) -> int:
             if not nodes:
                 print(f"Node {arg} not found")
                 return 1
+        if opts.get("json") or opts.get("yaml"):
+            from muster.cli import fmt_json
+            return _structured(opts, fmt_json.nodes_json(nodes, reply["now"]))
         sys.stdout.write("".join(fmt_scontrol.show_node(n, reply["now"], one_liner=one)
                                  + ("" if one else "\n") for n in nodes))
         return 0
@@ -99,6 +111,9 @@ def show(what: str, arg: str | None, opts: dict) -> int:
             if not parts:
                 print(f"Partition {arg} not found")
                 return 1
+        if opts.get("json") or opts.get("yaml"):
+            from muster.cli import fmt_json
+            return _structured(opts, fmt_json.partitions_json(parts, 0))
         sys.stdout.write("".join(fmt_scontrol.show_partition(p, one_liner=one)
                                  + ("" if one else "\n") for p in parts))
         return 0
@@ -205,6 +220,22 @@ def _main() -> int:
         except Exception:
             print("Slurmctld(primary) at localhost is DOWN")
             return 1
+    if cmd == "token":
+        msg = {"op": "token"}
+        for tok in rest:
+            k, _, v = tok.partition("=")
+            if k.lower() == "lifespan" and v.isdigit():
+                msg["lifespan"] = int(v)
+            elif k.lower() == "username" and v:
+                msg["username"] = v
+            else:
+                raise _err(f"scontrol: error: Invalid parameter: {tok}")
+        from muster.common.errors import RequestError
+        try:
+            print(f"SLURM_JWT={call(msg)['token']}")
+        except RequestError as exc:
+            raise _err(f"scontrol: error: {exc.message}") from None
+        return 0
     if cmd == "version":
         from muster import SLURM_COMPAT_VERSION
         print(f"slurm {SLURM_COMPAT_VERSION} (muster)")

@@ -49,6 +49,11 @@ def _main() -> int:
             nodes = [n for n in nodes if "NOT_RESPONDING" not in n["flags"]]
         if opts.get("dead"):
             nodes = [n for n in nodes if "NOT_RESPONDING" in n["flags"] or n["state"] == "DOWN"]
+        if opts.get("json") or opts.get("yaml"):
+            from muster.cli import fmt_json
+            doc = fmt_json.sinfo_json(parts, nodes, reply["now"], command=["sinfo", *sys.argv[1:]])
+            sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
+            return 0
         try:
             out = fmt_sinfo.render(
                 parts, nodes, fmt=opts.get("format") or (None if opts.get("Format") else env.get("SINFO_FORMAT")),

@@ -90,11 +90,12 @@ def _main() -> int:
         msg["states"] = sorted(DEFAULT_STATES)
     elif "ALL" not in states:
         msg["states"] = sorted(states)
-    if uids and not bad_user:
-        msg["uids"] = sorted(uids)
+    if uids:
+        msg["uids"] = sorted(uids)  # filtered on the controller
     custom = (opts.get("format") or opts.get("Format") or env.get("SQUEUE_FORMAT")
               or env.get("SQUEUE_FORMAT2") or opts.get("sort") or env.get("SQUEUE_SORT"))
-    if not custom:
+    structured = opts.get("json") or opts.get("yaml")
+    if not custom and not structured:
         msg["fields"] = LIGHT_FIELDS
         msg["rows"] = True
     iterate = opts.get("iterate")
@@ -113,8 +114,8 @@ def _main() -> int:
             jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]
         elif "ALL" not in states:
             jobs = [j for j in jobs if j["state"] in states]
-        if uids or bad_user:
-            jobs = [j for j in jobs if j["uid"] in uids]
+        if bad_user and not uids:
+            jobs = []  # only unknown users named: Slurm prints the header and nothing else
         parts = set(_split(opts.get("partition") or env.get("SQUEUE_PARTITION")))
         if parts:
             jobs = [j for j in jobs if parts & set(j["partition"].split(","))]
@@ -132,6 +133,11 @@ def _main() -> int:
             want = set(expand(opts["nodelist"]))
             from muster.common.hostlist import expand as ex
             jobs = [j for j in jobs if j.get("node_list") and want & set(ex(j["node_list"]))]
+        if structured:
+            from muster.cli import fmt_json
+            doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
+            sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
+            return 0
         try:
             out = fmt_squeue.render(
                 jobs, fmt=opts.get("format") or (None if opts.get("Format") else env.get("SQUEUE_FORMAT")),

@@ -110,9 +110,12 @@ def jobs(ctl, msg, uid, gid):
         si = fields.index("state")
         rows = [[getattr(j, f) for f in fields] for j in sel]
         arr = fields.index("array_task_str") if "array_task_str" in fields else None
+        st_i = fields.index("start_time") if "start_time" in fields else None
         for j, row in zip(sel, rows):
             if j.completing:
                 row[si] = "COMPLETING"
+            if st_i is not None and j.state == PENDING and j.expected_start is not None:
+                row[st_i] = j.expected_start
             if arr is not None and j.pending_tasks:
                 row[arr] = j.to_record(["array_task_str"])["array_task_str"]
         if msg.get("job_ids") and not rows and not any(ctl.state.find(i) for i in msg["job_ids"]):

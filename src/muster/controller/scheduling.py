@@ -14,14 +14,33 @@ from dataclasses import replace
 from muster.controller.submit import expand_io_paths
 from muster.core import (JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever,
                          schedule)
+from muster.core.placement import NodeAlloc
+from muster.core.snapshot import RunningView
 from muster.lifecycle import deps as depmod
 from muster.lifecycle import job as lifecycle
-from muster.model.job import PENDING, Job
+from muster.model.job import PENDING, RUNNING, Job
 
 
 def sched_config(cfg) -> SchedConfig:
-    return SchedConfig(def_mem_per_cpu=cfg.def_mem_per_cpu, def_mem_per_node=cfg.def_mem_per_node,
-                       def_mem_per_gpu=cfg.def_mem_per_gpu)
+    """slurm.conf → the core's settings. SchedulerType=sched/backfill (Slurm's default) turns
+    backfill on; SchedulerParameters bf_window (minutes), bf_resolution (s), bf_max_job_test,
+    and Muster's bf_depth (1 = EASY; default: every tested job may reserve, as Slurm does)."""
+    sp = getattr(cfg, "scheduler_parameters", None) or {}
+
+    def num(key, default):
+        try:
+            return int(sp.get(key, default))
+        except (TypeError, ValueError):
+            return default
+    depth = sp.get("bf_depth")
+    return SchedConfig(
+        def_mem_per_cpu=cfg.def_mem_per_cpu, def_mem_per_node=cfg.def_mem_per_node,
+        def_mem_per_gpu=cfg.def_mem_per_gpu,
+        backfill=(getattr(cfg, "scheduler_type", "sched/backfill") or "").endswith("backfill"),
+        bf_depth=int(depth) if depth and str(depth).isdigit() else None,
+        bf_window=num("bf_window", 1440), bf_resolution=num("bf_resolution", 60),
+        bf_max_job_test=num("bf_max_job_test", 500), kill_wait=cfg.kill_wait,
+        over_time_limit=cfg.over_time_limit or 0)
 
 
 def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
@@ -131,8 +150,20 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
         if blocked is not None or max_starts != 1:
             view = replace(view, blocked=blocked, max_starts=max_starts)
         pending.append(view)
+    running = []
+    for j in state.jobs.values():
+        if j.holds_resources and j.alloc:
+            running.append(RunningView(
+                job_id=j.job_id, partition=j.partition,
+                nodes=tuple(NodeAlloc(a["node"], a["cpus"], a["mem"], tuple(a["gpus"]),
+                                      a.get("tasks", 1)) for a in j.alloc),
+                start_time=j.start_time or t,
+                end_time=(j.start_time or t) + 60 * j.time_limit if j.time_limit is not None
+                and j.state == RUNNING else (t if j.completing else None),
+                priority=j.priority, user=j.user, account=j.account, qos=j.qos,
+                requeue=j.requeue))
     snap = Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
-                    pending=tuple(pending))
+                    pending=tuple(pending), running=tuple(running))
     return snap, shell_reasons
 
 
@@ -150,6 +181,11 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
                 continue
             if job.pending_tasks:
                 job = _split_array_task(state, job, t)
+            if getattr(start, "time_limit", None):
+                job.time_limit = start.time_limit  # --time-min: backfill chose the limit
+            job.scheduler = getattr(start, "scheduler", "Main")
+            job.expected_start = None
+            job.sched_nodes = None
             lifecycle.start(job, partition=start.partition, alloc=allocs,
                             node_list=state.node_list_of(a["node"] for a in allocs),
                             tres_alloc=state.alloc_tres(allocs), now=t)
@@ -160,12 +196,18 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
         started_ids = {j.job_id for j in started}
         reasons = dict(shell_reasons or {})
         reasons.update(plan.reasons)
+        expected = getattr(plan, "expected_start", None) or {}
+        sched_nodes = getattr(plan, "sched_nodes", None) or {}
         for job_id, reason in reasons.items():
             job = state.jobs.get(job_id)
             if job is None or job.state != PENDING or job_id in started_ids:
                 continue
-            if job.reason != reason:
+            exp = expected.get(job_id)
+            sn = sched_nodes.get(job_id)
+            if job.reason != reason or job.expected_start != exp or job.sched_nodes != sn:
                 job.reason = reason
+                job.expected_start = exp
+                job.sched_nodes = sn
                 job.last_sched_eval = t
                 state.save(job)
     return started

@@ -24,7 +24,7 @@ import time
 
 from muster.common import auth
 from muster.common.errors import MusterError, RequestError
-from muster.controller import handlers
+from muster.controller import api_ops, handlers
 from muster.controller.netio import BadFrame, frame, read_frame
 from muster.controller.scheduling import apply_plan, build_snapshot, sched_config
 from muster.controller.state import ClusterState, identity, now
@@ -314,7 +314,14 @@ class Controller:
                     log.exception("connection close callback failed")
 
     def dispatch(self, msg: dict, uid: int, gid: int, conn=None):
-        """The reply to one request (a dict), or a coroutine for the few ops that wait."""
+        """The reply to one request (a dict), or a coroutine for the few ops that wait.
+        Every request is counted and timed for /metrics (muster.controller.api_ops)."""
+        t0 = time.perf_counter()
+        reply = self._dispatch(msg, uid, gid, conn)
+        api_ops.observe_rpc(self, msg.get("op"), time.perf_counter() - t0)
+        return reply
+
+    def _dispatch(self, msg: dict, uid: int, gid: int, conn=None):
         self.stats["rpcs"] += 1
         op = msg.get("op")
         handler = handlers.OPS.get(op) if isinstance(op, str) else None

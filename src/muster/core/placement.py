@@ -334,9 +334,36 @@ def _choose_pack(rq: Request, required: list, others: list) -> list | None:
     return chosen
 
 
+def _balance(total: int, caps: list[int]) -> list[int] | None:
+    """Tasks over a node count the user fixed (``-N k -n t``): balanced as Slurm lays them
+    out (⌈t/k⌉ on the first t mod k nodes, ⌊t/k⌋ on the rest: ``2(x3),1`` for 7 on 4), each
+    capped at the node's room with the overflow moved, in order, to nodes with room left."""
+    k = len(caps)
+    if total < k or total > sum(caps):
+        return None
+    base, rem = divmod(total, k)
+    out = [base + (1 if i < rem else 0) for i in range(k)]
+    excess = 0
+    for i in range(k):
+        if out[i] > caps[i]:
+            excess += out[i] - caps[i]
+            out[i] = caps[i]
+    for i in range(k):
+        if not excess:
+            break
+        take = min(caps[i] - out[i], excess)
+        out[i] += take
+        excess -= take
+    return out
+
+
 def _build(job: JobView, rq: Request, chosen: list) -> Allocation | None:
     if rq.tasks_mode == "pack":
-        tasks = _spread(rq.ntasks, [e[2] for e in chosen])
+        caps = [e[2] for e in chosen]
+        if job.nodes_min > 1 and len(chosen) == job.nodes_min:
+            tasks = _balance(rq.ntasks, caps)
+        else:
+            tasks = _spread(rq.ntasks, caps)
         if tasks is None:
             return None
     else:

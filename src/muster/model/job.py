@@ -67,6 +67,7 @@ INTERNAL_FIELDS: tuple[tuple[str, object], ...] = (
     ("export", None),
     ("submit_dir", None),
     ("ntasks_given", False),
+    ("expected_start", None),    # backfill's expected start of a pending job (squeue --start)
     ("next_step_id", 0),     # -n given explicitly (else tasks follow the node count)
     ("requeue_pending", False),  # requeue when the running processes are confirmed gone
     ("requeue_hold", False),
@@ -131,6 +132,8 @@ class Job:
             rec["alloc"] = list(self.alloc)
         if self.pending_tasks and "array_task_str" in rec:
             rec["array_task_str"] = compress_indices(self.pending_tasks)
+        if self.state == "PENDING" and self.expected_start is not None and "start_time" in rec:
+            rec["start_time"] = self.expected_start  # Slurm shows the expected start here
         return rec
 
     def to_store(self) -> dict:

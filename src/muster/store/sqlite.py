@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 
 import msgspec
 
@@ -65,6 +66,7 @@ class SqliteStore:
         self._db.execute("PRAGMA synchronous=" + os.environ.get("MUSTER_SYNC", "NORMAL"))
         self._db.execute("PRAGMA foreign_keys=OFF")
         self._depth = 0
+        self.on_commit = None  # callback(seconds) for the commit-latency metric
         self._migrate()
 
     # ---- schema ------------------------------------------------------------------------
@@ -97,7 +99,10 @@ class SqliteStore:
             raise
         self._depth -= 1
         if self._depth == 0:
+            t0 = time.perf_counter()
             self._db.execute("COMMIT")
+            if self.on_commit is not None:
+                self.on_commit(time.perf_counter() - t0)
 
     def _write(self, sql: str, args: tuple) -> None:
         if self._depth:
