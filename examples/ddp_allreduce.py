@@ -18,8 +18,11 @@ def main() -> None:
     t = torch.tensor([float(rank)])
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     expected = world * (world - 1) / 2
-    print(f"rank {rank}/{world} local {os.environ.get('LOCAL_RANK')} sum {t.item():.0f} "
-          f"{'ok' if t.item() == expected else 'WRONG'}", flush=True)
+    line = (f"rank {rank}/{world} local {os.environ.get('LOCAL_RANK')} sum {t.item():.0f} "
+            f"{'ok' if t.item() == expected else 'WRONG'}\n")
+    # one write(2) per line: workers that share a stdout (torchrun) cannot split each other's
+    # lines (print() may write the text and the newline separately when unbuffered)
+    os.write(1, line.encode())
     dist.barrier()
     dist.destroy_process_group()
 

@@ -33,7 +33,36 @@ def sched_config(cfg) -> SchedConfig:
         except (TypeError, ValueError):
             return default
     depth = sp.get("bf_depth")
+    raw = getattr(cfg, "raw", None) or {}
+    # Slurm 23.11's default is priority/multifactor; with every weight 0 (the default) it
+    # orders jobs exactly as before (priority 1, then submit time), so it is on unless
+    # slurm.conf asks for priority/basic explicitly
+    ptype = "basic" if ("PriorityType" in raw and str(getattr(cfg, "priority_type", "")).endswith(
+        "basic")) else "multifactor"
+    enforce = {e.lower() for e in getattr(cfg, "accounting_storage_enforce", ()) or ()}
+    if enforce & {"limits", "qos", "safe"}:
+        enforce.add("associations")
+    if "safe" in enforce:
+        enforce.add("limits")
+    pmode = (getattr(cfg, "preempt_mode", "OFF") or "OFF").upper().split(",")[0]
+    wt = getattr(cfg, "priority_weight_tres", None) or {}
     return SchedConfig(
+        priority_type=ptype,
+        priority_max_age=int(getattr(cfg, "priority_max_age", 7 * 86400) or 0),
+        priority_favor_small=bool(getattr(cfg, "priority_favor_small", False)),
+        priority_flags=frozenset(f.upper() for f in getattr(cfg, "priority_flags", ()) or ()),
+        weight_age=int(getattr(cfg, "priority_weight_age", 0) or 0),
+        weight_assoc=int(getattr(cfg, "priority_weight_assoc", 0) or 0),
+        weight_fairshare=int(getattr(cfg, "priority_weight_fairshare", 0) or 0),
+        weight_jobsize=int(getattr(cfg, "priority_weight_job_size", 0) or 0),
+        weight_partition=int(getattr(cfg, "priority_weight_partition", 0) or 0),
+        weight_qos=int(getattr(cfg, "priority_weight_qos", 0) or 0),
+        weight_tres=tuple(sorted((("gres/gpu" if k.lower() in ("gres/gpu", "gpu") else k.lower()),
+                                  int(v)) for k, v in wt.items())),
+        enforce=frozenset(enforce),
+        preempt_type=getattr(cfg, "preempt_type", "preempt/none") or "preempt/none",
+        preempt_mode=pmode,
+        preempt_exempt_time=int(getattr(cfg, "preempt_exempt_time", 0) or 0),
         def_mem_per_cpu=cfg.def_mem_per_cpu, def_mem_per_node=cfg.def_mem_per_node,
         def_mem_per_gpu=cfg.def_mem_per_gpu,
         backfill=(getattr(cfg, "scheduler_type", "sched/backfill") or "").endswith("backfill"),
@@ -56,15 +85,34 @@ def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
     return tuple(out)
 
 
+def _names(v) -> frozenset | None:
+    if not v or "ALL" in v:
+        return None
+    return frozenset(v)
+
+
 def partition_views(cfg) -> dict[str, PartitionView]:
+    """Partitions as the core sees them. AllowGroups is checked at submit (with the
+    submitter's supplementary groups, which the core does not know), so it is not here."""
     return {p.name: PartitionView(name=p.name, state=p.state, priority_tier=p.priority_tier,
                                   node_names=tuple(p.nodes), max_time=p.max_time,
-                                  max_nodes=p.max_nodes, min_nodes=p.min_nodes)
+                                  max_nodes=p.max_nodes, min_nodes=p.min_nodes,
+                                  priority_job_factor=p.priority_job_factor,
+                                  allow_accounts=_names(p.allow_accounts),
+                                  allow_qos=_names(p.allow_qos),
+                                  deny_accounts=frozenset(p.deny_accounts or ()),
+                                  deny_qos=frozenset(p.deny_qos or ()), qos=p.qos or None,
+                                  preempt_mode=(p.preempt_mode or "").upper().split(",")[0] or None,
+                                  grace_time=p.grace_time or 0)
             for p in cfg.partitions.values()}
 
 
-def job_view(job: Job, blocked: str | None = None, max_starts: int = 1) -> JobView:
+def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
+             reservation: str | None = None, fixed_priority: bool = False) -> JobView:
     return JobView(
+        user=job.user, group=job.group, account=job.account, qos=job.qos, nice=job.nice,
+        eligible_time=job.eligible_time, reservation=reservation,
+        fixed_priority=fixed_priority, requeue=bool(job.requeue and job.batch),
         job_id=job.job_id, priority=job.priority, submit_time=job.submit_time,
         partitions=tuple(job.partitions_req or [job.partition]), nodes_min=job.nodes_min,
         nodes_max=job.nodes_max, ntasks=job.num_tasks if job.ntasks_given else 0, ntasks_per_node=job.ntasks_per_node,
@@ -83,17 +131,26 @@ def _expand(expr: str | None) -> list[str]:
 
 
 class FitChecker:
-    """Answers "could this request ever run in that partition?" against empty nodes."""
+    """Answers "could this request ever run in that partition?" against empty nodes.
+
+    Configured node sizes do not change while the controller runs, so the empty views of each
+    partition are built once (on a 1,000-node cluster, rebuilding them made every submit cost
+    milliseconds)."""
 
     def __init__(self, state):
         self._state = state
         self._cfg = sched_config(state.cfg)
+        cache = getattr(state, "empty_views", None)
+        if cache is None:
+            cache = state.empty_views = {}
+        self._cache = cache
 
     def __call__(self, job: Job, partition: str) -> str | None:
-        nodes = [v for v in node_views(self._state, empty=True)
-                 if partition in v.partitions]
-        view = job_view(job)
-        return fits_ever(view, nodes, self._cfg)
+        nodes = self._cache.get(partition)
+        if nodes is None:
+            nodes = self._cache[partition] = [v for v in node_views(self._state, empty=True)
+                                              if partition in v.partitions]
+        return fits_ever(job_view(job), nodes, self._cfg)
 
 
 def blocked_reason(state, job: Job, t: int) -> str | None:
@@ -115,7 +172,14 @@ def cached_view(state, job: Job) -> JobView:
     """The job's base view, rebuilt only after the job changed (ClusterState.save drops it)."""
     view = state.view_cache.get(job.job_id)
     if view is None:
-        view = state.view_cache[job.job_id] = job_view(job)
+        acc = getattr(state, "accounts", None)
+        resv = fixed = None
+        if acc is not None and hasattr(acc, "extra"):
+            resv = acc.reservation_of(job)
+            calc = acc.extra.get(job.job_id, {}).get("calc")
+            fixed = job.priority not in (1, calc)  # set by an admin (--priority, update)
+        view = state.view_cache[job.job_id] = job_view(job, reservation=resv,
+                                                        fixed_priority=bool(fixed))
     return view
 
 
@@ -162,8 +226,30 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
                 and j.state == RUNNING else (t if j.completing else None),
                 priority=j.priority, user=j.user, account=j.account, qos=j.qos,
                 requeue=j.requeue))
+    extra = {}
+    acc = getattr(state, "accounts", None)
+    if acc is not None and hasattr(acc, "observe"):
+        acc.observe(state.jobs, t)  # usage of jobs that ended since the last pass
+        assocs = acc.assoc_views(t)
+        cfg = state.__dict__.get("_sched_cfg")
+        if cfg is None:
+            cfg = state.__dict__["_sched_cfg"] = sched_config(state.cfg)
+        extra["qos"] = tuple(acc.qos_views().values())
+        extra["assocs"] = tuple(assocs)
+        if cfg.weight_fairshare and cfg.priority_type == "multifactor":
+            extra["fairshare"] = acc.fairshare(t, assocs)
+    resv = getattr(state, "reservations", None)
+    if resv is not None and resv.resv:
+        in_use: dict[str, int] = {}
+        for j in state.jobs.values():
+            if j.state in (PENDING, RUNNING):
+                name = acc.reservation_of(j) if acc is not None else None
+                if name:
+                    in_use[name] = in_use.get(name, 0) + 1
+        resv.tick(t, in_use)
+        extra["reservations"] = resv.views(t)
     snap = Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
-                    pending=tuple(pending), running=tuple(running))
+                    pending=tuple(pending), running=tuple(running), **extra)
     return snap, shell_reasons
 
 
@@ -198,19 +284,135 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
         reasons.update(plan.reasons)
         expected = getattr(plan, "expected_start", None) or {}
         sched_nodes = getattr(plan, "sched_nodes", None) or {}
+        resv_state = getattr(state, "reservations", None)
+        active = [r for r in (resv_state.views(t) if resv_state is not None and resv_state.resv
+                              else ()) if r.start <= t]
         for job_id, reason in reasons.items():
             job = state.jobs.get(job_id)
             if job is None or job.state != PENDING or job_id in started_ids:
                 continue
             exp = expected.get(job_id)
             sn = sched_nodes.get(job_id)
-            if job.reason != reason or job.expected_start != exp or job.sched_nodes != sn:
+            desc = job.reason_desc
+            if active or (desc or "").startswith("ReqNodeNotAvail, "):
+                reason, desc = _reservation_reason(state, job, reason, desc, active, t)
+            if job.reason != reason or job.expected_start != exp or job.sched_nodes != sn \
+                    or job.reason_desc != desc:
                 job.reason = reason
+                job.reason_desc = desc
                 job.expected_start = exp
                 job.sched_nodes = sn
                 job.last_sched_eval = t
                 state.save(job)
+        _store_priorities(state, plan, started_ids)
+    preemptions = getattr(plan, "preemptions", ()) or ()
+    if preemptions:
+        apply_preemptions(state, preemptions, t)
     return started
+
+
+def _reservation_reason(state, job: Job, reason: str, desc: str | None, active: list,
+                        t: int) -> tuple[str, str | None]:
+    """Slurm's text for a job kept off nodes by an active reservation it may not use."""
+    mine = (desc or "").startswith("ReqNodeNotAvail, ")
+    acc = state.accounts
+    name = acc.reservation_of(job)
+    if name:
+        r = state.reservations.get(name)
+        if r is not None and r["start"] > t and reason in ("Resources", "Priority"):
+            return "Reservation", None if mine else desc
+        return reason, None if mine else desc
+    if reason not in ("Resources", "ReqNodeNotAvail", "Priority"):
+        return reason, None if mine else desc
+    blocking = [r for r in active if not (r.users and job.user in r.users)
+                and not (r.accounts and job.account in r.accounts)]
+    reserved = set()
+    for r in blocking:
+        reserved |= r.nodes
+    hit = None
+    if job.req_nodes:
+        want = set(_expand(job.req_nodes))
+        if want & reserved:
+            hit = want & reserved
+    else:
+        parts = job.partitions_req or [job.partition]
+        pool = {n for p in parts if p in state.cfg.partitions for n in state.cfg.partitions[p].nodes
+                if state.nodes[n].usable}
+        if pool and pool <= reserved:
+            hit = pool
+    if hit:
+        maint = any("MAINT" in r.flags and r.nodes & hit for r in blocking)
+        return "ReqNodeNotAvail", ("ReqNodeNotAvail, Reserved for maintenance" if maint
+                                   else "ReqNodeNotAvail, May be reserved for other job")
+    return reason, None if mine else desc
+
+
+def _store_priorities(state, plan, started_ids: set) -> None:
+    """priority/multifactor: the computed priority of each pending job is stored on it
+    (squeue %Q, scontrol Priority=); admin-set priorities are left alone."""
+    prio = getattr(plan, "priorities", None) or {}
+    acc = getattr(state, "accounts", None)
+    if not prio or acc is None:
+        return
+    for jid, p in prio.items():
+        job = state.jobs.get(jid)
+        if job is None or job.state != PENDING or jid in started_ids or job.hold:
+            continue
+        calc = acc.extra.get(jid, {}).get("calc")
+        if job.priority not in (1, calc) or job.priority == p:
+            continue
+        job.priority = p
+        acc.set_extra(jid, calc=p)
+        state.save(job)
+
+
+def apply_preemptions(state, preemptions, t: int) -> None:
+    """Plan.preemptions: REQUEUE puts the victim back in the queue under the same id,
+    CANCEL ends it as PREEMPTED. With GraceTime the victim gets SIGTERM now and is killed
+    when the grace time is over."""
+    ctl = getattr(state, "ctl", None)
+    if ctl is None:
+        return
+    pending = state.__dict__.setdefault("_preempting", set())
+    for p in preemptions:
+        job = state.jobs.get(p.victim)
+        if job is None or job.state != RUNNING or job.completing or p.victim in pending:
+            continue
+        pending.add(p.victim)
+        state.event(job, "preempted", f"by job {p.preemptor} ({p.mode}, grace {p.grace}s)")
+        if p.grace > 0:
+            for node in dict.fromkeys([job.batch_host] + [a["node"] for a in job.alloc]):
+                if node:
+                    ctl.send_to_node(node, {"op": "signal", "job_id": job.job_id,
+                                            "run": job.restarts, "signal": 15, "scope": "full"})
+            import asyncio
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = None
+            if loop is not None:
+                loop.call_later(p.grace, _preempt_kill, state, p.victim, job.restarts, p.mode)
+                continue
+        _preempt_kill(state, p.victim, job.restarts, p.mode)
+
+
+def _preempt_kill(state, job_id: int, run: int, mode: str) -> None:
+    state.__dict__.setdefault("_preempting", set()).discard(job_id)
+    ctl = state.ctl
+    job = state.jobs.get(job_id)
+    if job is None or job.restarts != run or job.state != RUNNING or job.completing:
+        return
+    with state.store.transaction():
+        if mode == "REQUEUE" and job.batch and job.requeue:
+            job.requeue_pending = True
+            ctl.kill_running(job, final_state="CANCELLED", by_uid=None, why="preempt")
+        else:
+            ctl.kill_running(job, final_state="PREEMPTED", by_uid=None, why="preempt")
+        job.reason = "Preempted" if mode != "REQUEUE" else job.reason
+        state.save(job)
+    if hasattr(ctl, "steps") and not job.batch:
+        ctl.steps.notify(job)
+    ctl.request_schedule()
 
 
 def _still_free(state, allocs: list[dict]) -> bool:
