@@ -16,6 +16,7 @@ import json
 import os
 import selectors
 import signal
+import subprocess
 import socket
 import time
 
@@ -103,7 +104,7 @@ class _StepD:
         if not io_:
             return
         try:
-            s = socket.create_connection((io_["host"], io_["port"]), timeout=10)
+            s = _connect(io_["host"], io_["port"])
         except OSError:
             self.sock = None
             self.lost = True
@@ -138,12 +139,14 @@ class _StepD:
         if wants_stdin:
             in_r, in_w = os.pipe()
         env = task_env(L["env"], L, t.local, t.tid)
-        pid = os.fork()
-        if pid == 0:
-            _exec_task(L, env, files, out_w, err_w, in_r, self.sock)
+        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node)
         for fd in (out_w, err_w, in_r):
             if fd is not None:
                 os.close(fd)
+        if pid is None:  # could not even start the wrapper: report the task as failed
+            pid = os.fork()
+            if pid == 0:
+                os._exit(2)
         t.pid = pid
         t.pidfd = os.pidfd_open(pid)
         self.sel.register(t.pidfd, selectors.EVENT_READ, ("exit", t))
@@ -355,6 +358,25 @@ class _StepD:
                         _killpg(t.pid, sig)
 
 
+def _connect(host: str, port: int) -> socket.socket:
+    """Connect to srun. A numeric address skips getaddrinfo: socket.create_connection costs
+    ~4 ms of CPU in a freshly forked process (resolver set-up), most of a step daemon's work."""
+    for family in (socket.AF_INET, socket.AF_INET6):
+        try:
+            socket.inet_pton(family, host)
+        except OSError:
+            continue
+        s = socket.socket(family, socket.SOCK_STREAM)
+        s.settimeout(10)
+        try:
+            s.connect((host, port))
+        except OSError:
+            s.close()
+            raise
+        return s
+    return socket.create_connection((host, port), timeout=10)
+
+
 def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
     """Rank variables of one task (env.md §1 per-task table + the PyTorch names)."""
     env = dict(common)
@@ -378,45 +400,63 @@ def _killpg(pid: int | None, sig: int) -> None:
         pass
 
 
-def _exec_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, sock) -> None:
+# The task's process runs no Python: subprocess's C fork/exec does setsid, the uid/gid switch,
+# umask, chdir and the fds; this wrapper sets SLURM_TASK_PID to its own pid and execs the
+# command (which keeps that pid), reporting a missing command as Slurm's stepd does.
+_TASK_WRAPPER = (
+    'SLURM_TASK_PID=$$; export SLURM_TASK_PID; '
+    'command -v "$0" >/dev/null 2>&1 || { printf "slurmstepd-%s: error: execve(): %s: No such '
+    'file or directory\\n" "$SLURMD_NODENAME" "$0" >&2; exit 2; }; exec "$0" "$@"')
+
+
+def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) -> int | None:
+    from muster.agent.supervisor import _AsUser
+    uid, gid = L["uid"], L["gid"]
+    groups = L.get("groups") or [gid]
+    opened = []
     try:
-        os.setsid()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-        if sock is not None:
-            sock.close()
-        if os.getuid() == 0 and L["uid"] != 0:
-            os.setgroups(L.get("groups") or [L["gid"]])
-            os.setgid(L["gid"])
-            os.setuid(L["uid"])
-        elif os.getuid() not in (0, L["uid"]):
+        with _AsUser(uid, gid, groups):
+            old = os.umask(L.get("umask", 0o022))
+            try:
+                mode = os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC
+                if "output" in files:
+                    out_w = os.open(files["output"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+                    opened.append(out_w)
+                if "error" in files:
+                    err_w = os.open(files["error"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+                    opened.append(err_w)
+                elif err_w is None:
+                    err_w = out_w
+                if "input" in files:
+                    in_r = os.open(files["input"], os.O_RDONLY)
+                    opened.append(in_r)
+                elif in_r is None:
+                    in_r = os.open("/dev/null", os.O_RDONLY)
+                    opened.append(in_r)
+            finally:
+                os.umask(old)
+            cwd = L["cwd"]
+            if not (os.path.isdir(cwd) and os.access(cwd, os.X_OK, effective_ids=True)):
+                cwd = "/tmp"
+        kw = {}
+        if os.getuid() == 0 and uid != 0:
+            kw = {"user": uid, "group": gid, "extra_groups": groups}
+        elif os.getuid() not in (0, uid):
             raise PermissionError("agent cannot switch to the job's user")
-        os.umask(L.get("umask", 0o022))
-        try:
-            os.chdir(L["cwd"])
-        except OSError:
-            os.chdir("/tmp")
-        mode = os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC
-        if "output" in files:
-            out_w = os.open(files["output"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
-        if "error" in files:
-            err_w = os.open(files["error"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
-        elif err_w is None:
-            err_w = out_w
-        if "input" in files:
-            in_r = os.open(files["input"], os.O_RDONLY)
-        elif in_r is None:
-            in_r = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(in_r, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        env["SLURM_TASK_PID"] = str(os.getpid())
-        argv = L["argv"]
-        os.execvpe(argv[0], argv, env)
-    except BaseException as exc:  # noqa: BLE001
-        msg = f"slurmstepd: error: execve(): {L['argv'][0] if L.get('argv') else '?'}: {getattr(exc, 'strerror', None) or exc}\n"
-        try:
-            os.write(2, msg.encode())
-        except OSError:
-            pass
-        os._exit(2)
+        proc = subprocess.Popen(["/bin/sh", "-c", _TASK_WRAPPER, *L["argv"]], stdin=in_r,
+                                stdout=out_w, stderr=err_w, cwd=cwd, env=env,
+                                start_new_session=True, umask=L.get("umask", 0o022),
+                                close_fds=True, **kw)
+    except OSError as exc:
+        target = err_w if err_w is not None else out_w
+        if target is not None:
+            try:
+                os.write(target, f"slurmstepd-{node}: error: {exc}\n".encode())
+            except OSError:
+                pass
+        return None
+    finally:
+        for fd in opened:
+            os.close(fd)
+    proc.returncode = 0  # reaped through the pidfd by the step daemon
+    return proc.pid

@@ -26,6 +26,7 @@ import json
 import os
 import select
 import signal
+import subprocess
 import time
 
 from muster.common.patterns import expand_pattern
@@ -268,7 +269,6 @@ def _spawn_job(L: dict, spool: str, out_path: str, err_path: str) -> tuple[int |
     """Start the batch script as the job's user in its own session. Returns (pid, "") or
     (None, reason). The child runs no Python: subprocess's C fork/exec does setsid, the
     uid/gid/groups switch, umask, chdir and the fd plumbing."""
-    import subprocess
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     if os.getuid() != 0 and os.getuid() != uid:

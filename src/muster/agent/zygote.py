@@ -38,9 +38,28 @@ def start() -> tuple[socket.socket, int]:
     return a, pid
 
 
+def _warm_up() -> None:
+    """Load what supervisors import lazily (subprocess, locale, the codecs behind text-mode
+    open()) once here, instead of in every forked supervisor: ~4 ms of CPU per job otherwise."""
+    import subprocess
+    import tempfile
+    subprocess.Popen(["/bin/true"], start_new_session=True, close_fds=True).wait()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "warm.json")
+        with open(path, "w") as fh:
+            json.dump({"warm": True}, fh)
+        with open(path) as fh:
+            json.load(fh)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.close()
+    import selectors
+    selectors.DefaultSelector().close()
+
+
 def _serve(chan: socket.socket) -> None:
     # imported here, in the zygote only, so that every supervisor starts with them loaded
     from muster.agent import stepd, supervisor
+    _warm_up()
     def reap(signum, frame):
         try:
             while os.waitpid(-1, os.WNOHANG)[0] > 0:

@@ -117,6 +117,8 @@ def show(what: str, arg: str | None, opts: dict) -> int:
         sys.stdout.write("".join(fmt_scontrol.show_partition(p, one_liner=one)
                                  + ("" if one else "\n") for p in parts))
         return 0
+    if w in ("reservation", "reservations", "res", "reservationname"):
+        return show_reservations(arg, one)
     if w in ("config", "configuration"):
         reply = call({"op": "config"})
         sys.stdout.write(fmt_scontrol.show_config([tuple(x) for x in reply["config"]], reply["now"]))
@@ -154,8 +156,143 @@ def show(what: str, arg: str | None, opts: dict) -> int:
     raise _err(f"invalid entity: {what} for keyword: show")
 
 
+RESV_KEYS = {"reservationname": "name", "reservation": "name", "resv": "name", "name": "name",
+             "starttime": "start", "endtime": "end", "duration": "duration", "nodes": "nodes",
+             "nodecnt": "node_cnt", "nodecount": "node_cnt", "users": "users", "user": "users",
+             "accounts": "accounts", "account": "accounts", "flags": "flags", "tres": "tres",
+             "partitionname": "partition", "partition": "partition", "corecnt": "core_cnt"}
+
+
+def parse_reservation(tokens: list[str], now: int) -> dict:
+    """``ReservationName=x StartTime=now Duration=60 Users=a Nodes=... Flags=MAINT`` → spec.
+    Raises ValueError with the offending token."""
+    from muster.common.hostlist import expand
+    from muster.common.timefmt import parse_datetime, parse_time_limit
+    spec: dict = {}
+    for tok in tokens:
+        k, sep, v = tok.partition("=")
+        opx = ""
+        if k.endswith(("+", "-")):
+            k, opx = k[:-1], k[-1]
+        key = RESV_KEYS.get(k.lower())
+        if not sep or key is None:
+            raise ValueError(tok)
+        try:
+            if key in ("start", "end"):
+                spec[key] = now if v.lower() == "now" else parse_datetime(v, now)
+            elif key == "duration":
+                mins = parse_time_limit(v)
+                spec[key] = -1 if mins is None else mins
+            elif key == "nodes":
+                spec[key] = ["ALL"] if v.upper() == "ALL" else expand(v)
+            elif key in ("node_cnt", "core_cnt"):
+                spec[key] = int(v.split(",")[0])
+            elif key in ("users", "accounts", "flags"):
+                spec[key] = [x for x in v.split(",") if x]
+                if opx:
+                    spec[key + "_op"] = opx
+            elif key == "tres":
+                tres = {}
+                for item in v.split(","):
+                    name, s2, cnt = item.replace(":", "=", 1).rpartition("=") if "=" not in item \
+                        else item.partition("=")
+                    if not name or not cnt.isdigit():
+                        raise ValueError(tok)
+                    name = name.lower().rstrip("=")
+                    tres["gres/gpu" if name in ("gpu", "gres/gpu") else name] = int(cnt)
+                spec[key] = tres
+            else:
+                spec[key] = v
+        except ValueError:
+            raise ValueError(tok) from None
+        except Exception:
+            raise ValueError(tok) from None
+    if "core_cnt" in spec:
+        spec.setdefault("tres", {})["cpu"] = spec.pop("core_cnt")
+    return spec
+
+
+def reservation_cmd(cmd: str, tokens: list[str]) -> int:
+    import time as _time
+    from muster.common.errors import RequestError
+    if cmd == "delete":
+        names = []
+        for tok in tokens:
+            k, sep, v = tok.partition("=")
+            names.append(v if sep else tok)
+        if not names:
+            raise _err("scontrol: error: Reservation name is required")
+        for n in names:
+            try:
+                call({"op": "resv_delete", "name": n})
+            except RequestError as exc:
+                raise _err(f"delete_reservation {n}: {exc.message}") from None
+        return 0
+    try:
+        spec = parse_reservation(tokens, int(_time.time()))
+    except ValueError as exc:
+        raise _err(f"scontrol: error: Invalid input: {exc}\nRequest aborted") from None
+    if cmd == "create":
+        try:
+            name = call({"op": "resv_create", "spec": spec})["name"]
+        except RequestError as exc:
+            text = exc.message
+            if exc.code == "access_denied":
+                text = f"Error creating the reservation: {text}"
+            raise _err(text) from None
+        print(f"Reservation created: {name}")
+        return 0
+    if not spec.get("name"):
+        raise _err("scontrol: error: Reservation must be given.  No reservation update.")
+    try:
+        call({"op": "resv_update", "spec": spec})
+    except RequestError as exc:
+        raise _err(f"Error updating the reservation: {exc.message}"
+                   if not exc.message.startswith("Error") else exc.message) from None
+    print("Reservation updated.")
+    return 0
+
+
+def show_reservations(arg: str | None, one: bool) -> int:
+    from muster.common.timefmt import fmt_duration_long, fmt_iso
+    reply = call({"op": "reservations"})
+    recs = reply["reservations"]
+    if arg:
+        recs = [r for r in recs if r["name"] == arg]
+        if not recs:
+            print(f"Reservation {arg} not found")
+            return 1
+    if not recs:
+        print("No reservations in the system")
+        return 0
+    out = []
+    for r in recs:
+        parts = [
+            [f"ReservationName={r['name']}", f"StartTime={fmt_iso(r['start_time'])}",
+             f"EndTime={fmt_iso(r['end_time'])}", f"Duration={fmt_duration_long(r['duration_s'])}"],
+            [f"Nodes={r['nodes'] or '(null)'}", f"NodeCnt={r['node_count']}",
+             f"CoreCnt={r['core_count']}", "Features=(null)",
+             f"PartitionName={r['partition'] or '(null)'}",
+             f"Flags={','.join(r['flags']) if r['flags'] else '(null)'}"],
+            [f"TRES={r['tres']}"],
+            [f"Users={','.join(r['users']) or '(null)'}", "Groups=(null)",
+             f"Accounts={','.join(r['accounts']) or '(null)'}", "Licenses=(null)",
+             f"State={r['state']}", "BurstBuffer=(null)", "Watts=n/a"],
+            ["MaxStartDelay=(null)"],
+        ]
+        if one:
+            out.append(" ".join(" ".join(p) for p in parts) + "\n")
+        else:
+            out.append("\n".join(("   " if i else "") + " ".join(p) for i, p in enumerate(parts))
+                       + "\n\n")
+    sys.stdout.write("".join(out))
+    return 0
+
+
 def update(tokens: list[str]) -> int:
     from muster.common.errors import RequestError
+    if any(t.lower().startswith(("reservationname=", "reservation=")) for t in tokens):
+        return reservation_cmd("update", tokens)
     kv = {}
     for tok in tokens:
         k, sep, v = tok.partition("=")
@@ -211,7 +348,15 @@ def _main() -> int:
         rest = [r for r in rest if r.lower() not in ("incomplete",) and not r.lower().startswith("state=")]
         return _action("requeue", _job_refs(rest), {"hold": cmd == "requeuehold"})
     if cmd == "update":
+        if rest and rest[0].lower() in ("reservation", "res", "reservations"):
+            return reservation_cmd("update", rest[1:])
         return update(rest)
+    if cmd in ("create", "delete"):
+        if rest and rest[0].lower() in ("reservation", "res", "reservations"):
+            rest = rest[1:]
+        elif not (rest and rest[0].lower().startswith(("reservationname=", "reservation="))):
+            raise _err(f"invalid entity: {' '.join(rest[:1]) or '(null)'} for keyword: {cmd}")
+        return reservation_cmd(cmd, rest)
     if cmd == "ping":
         try:
             call({"op": "ping"})

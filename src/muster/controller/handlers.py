@@ -653,6 +653,7 @@ def step_signal(ctl, msg, uid, gid):
 
 
 from muster.controller import api_ops  # noqa: E402,F401  (REST/metrics/dashboard ops)
+from muster.controller import acct_ops  # noqa: E402,F401  (sacctmgr/sprio/sshare/reservations)
 
 
 @op("step_status")

@@ -44,6 +44,19 @@ def identity(uid: int, gid: int | None = None) -> dict:
             "home": home, "shell": shell}
 
 
+def _controller_of_caller():
+    """The Controller constructing this state (``Controller.__init__`` creates it), so that
+    the scheduling shell can apply preemptions (kill/requeue go through the controller's
+    agent links). None when built elsewhere (tests, the simulator)."""
+    import sys
+    try:
+        f = sys._getframe(2)
+    except ValueError:
+        return None
+    obj = f.f_locals.get("self")
+    return obj if obj is not None and hasattr(obj, "kill_running") else None
+
+
 class ClusterState:
     def __init__(self, cfg, store):
         self.cfg = cfg
@@ -56,8 +69,13 @@ class ClusterState:
                 node_parts[n].append(p.name)
         self.nodes: dict[str, NodeRuntime] = {
             name: NodeRuntime(nc, order[name], node_parts[name]) for name, nc in cfg.nodes.items()}
-        self.accounts = {"root", "default"}
-        self.qos_names = {"normal"}
+        from muster.controller.accounts import Accounts
+        from muster.controller.reservations import Reservations
+        # accounts/associations/QOS (sacctmgr); ``in`` works as the old {"root", "default"} set
+        self.accounts = Accounts(store, cfg, self)
+        self.qos_names = self.accounts.qos  # name -> record; ``in`` checks a QOS name
+        self.reservations = Reservations(store, cfg, self)
+        self.ctl = _controller_of_caller()  # for preemption (kill/requeue), see below
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
         self.boot_time = now()
@@ -78,6 +96,7 @@ class ClusterState:
         acc = self.store.get_meta("accounts")
         if acc:
             self.accounts.update(acc.split(","))
+        self.accounts.track_loaded(self.jobs.values())
 
     # ---- ids & persistence ---------------------------------------------------------------
     def take_job_id(self) -> int:
@@ -91,6 +110,8 @@ class ClusterState:
         where derived caches of it are dropped."""
         self.view_cache.pop(job.job_id, None)
         self.store.put_job(job.to_store())
+        if self.accounts.pending_extra:
+            self.accounts.on_save(job)  # e.g. --reservation, stored with the new job
 
     def event(self, job: Job | None, event: str, detail: str = "", node: str | None = None) -> None:
         self.store.add_event(now(), event, detail, job.job_id if job else None, node)

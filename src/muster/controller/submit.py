@@ -175,12 +175,16 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
         raise RequestError(None, "no_default_partition")
     pconf = cfg.partitions[parts[0]]
     # ---- account / qos -----------------------------------------------------------------
-    account = req.get("account") or ("root" if ident["uid"] == 0 else "default")
-    if account not in accounts:
-        raise RequestError(None, "invalid_account")
-    qos = req.get("qos") or "normal"
-    if qos not in qos_names:
-        raise RequestError(None, "invalid_qos")
+    resolve = getattr(accounts, "resolve", None)
+    if resolve is not None:  # muster.controller.accounts.Accounts (sacctmgr associations)
+        account, qos = resolve(ident, req.get("account"), req.get("qos"), parts)
+    else:
+        account = req.get("account") or ("root" if ident["uid"] == 0 else "default")
+        if account not in accounts:
+            raise RequestError(None, "invalid_account")
+        qos = req.get("qos") or "normal"
+        if qos not in qos_names:
+            raise RequestError(None, "invalid_qos")
     # ---- sizes -------------------------------------------------------------------------
     nodes_min = req.get("nodes_min")
     nodes_max = req.get("nodes_max")
@@ -362,6 +366,15 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     job.io_patterns = (req.get("std_out") or default_out, req.get("std_err") or None,
                        req.get("std_in") or "/dev/null")
     job.tres_req = request_tres(job)
+    if resolve is not None:
+        # partition access, EnforcePartLimits and QOS/association submit limits; reservation
+        accounts.submit_check(job, ident, parts, cfg)
+        resv = req.get("reservation") or None
+        if resv:
+            state = getattr(accounts, "state", None)
+            accounts.check_reservation(resv, ident, account,
+                                       getattr(state, "reservations", None))
+            accounts.remember(job, resv=resv)
     return job
 
 

@@ -18,6 +18,13 @@ Schema (numbered migrations in ``MIGRATIONS``):
   runs(job_id, run, record)            earlier runs of requeued jobs (sacct --duplicates)
   nodes(name, record)                  admin state of nodes (drain reason, ...)
   events(id, time, job_id, node, event, detail)  audit log
+  acct_accounts(name, parent, shares, description, record)   sacctmgr accounts (record: limits...)
+  acct_assocs(user, account, partition, shares, is_default, record)  user associations
+  acct_qos(name, priority, record)     QOS (record: limits, flags, preempt list/mode)
+  acct_usage(account, user, usage, last_decay)  decayed billing-seconds (fair-share)
+  reservations(name, record)           advance reservations (scontrol create reservation)
+  job_extra(job_id, record)            per-job facts the Job record has no field for
+                                       (reservation name, last computed priority)
 """
 
 from __future__ import annotations
@@ -51,6 +58,19 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE jobs ADD COLUMN array_job_id INTEGER;
     CREATE INDEX jobs_array ON jobs(array_job_id);
+    """,
+    # 3: accounting (sacctmgr), usage for fair-share, advance reservations, per-job extras
+    """
+    CREATE TABLE acct_accounts(name TEXT PRIMARY KEY, parent TEXT, shares INTEGER NOT NULL,
+                               description TEXT, record BLOB NOT NULL);
+    CREATE TABLE acct_assocs(user TEXT NOT NULL, account TEXT NOT NULL, partition TEXT NOT NULL,
+                             shares INTEGER NOT NULL, is_default INTEGER NOT NULL,
+                             record BLOB NOT NULL, PRIMARY KEY(user, account, partition));
+    CREATE TABLE acct_qos(name TEXT PRIMARY KEY, priority INTEGER NOT NULL, record BLOB NOT NULL);
+    CREATE TABLE acct_usage(account TEXT NOT NULL, user TEXT NOT NULL, usage REAL NOT NULL,
+                            last_decay INTEGER NOT NULL, PRIMARY KEY(account, user));
+    CREATE TABLE reservations(name TEXT PRIMARY KEY, record BLOB NOT NULL);
+    CREATE TABLE job_extra(job_id INTEGER PRIMARY KEY, record BLOB NOT NULL);
     """,
 )
 
@@ -220,6 +240,71 @@ class SqliteStore:
             "SELECT time, event, detail FROM events WHERE job_id=? ORDER BY id DESC LIMIT ?",
             (job_id, limit))
         return [{"time": t, "event": e, "detail": d} for t, e, d in reversed(rows.fetchall())]
+
+    # ---- accounting (sacctmgr) ---------------------------------------------------------
+    def put_account(self, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO acct_accounts VALUES(?,?,?,?,?)",
+                    (rec["name"], rec.get("parent"), int(rec.get("shares", 1)),
+                     rec.get("description") or "", _enc.encode(rec)))
+
+    def delete_account(self, name: str) -> None:
+        self._write("DELETE FROM acct_accounts WHERE name=?", (name,))
+
+    def load_accounts(self) -> list[dict]:
+        return [_dec.decode(r[0]) for r in self._db.execute(
+            "SELECT record FROM acct_accounts ORDER BY name")]
+
+    def put_assoc(self, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO acct_assocs VALUES(?,?,?,?,?,?)",
+                    (rec["user"], rec["account"], rec.get("partition") or "",
+                     int(rec.get("shares", 1)), 1 if rec.get("is_default") else 0,
+                     _enc.encode(rec)))
+
+    def delete_assoc(self, user: str, account: str, partition: str = "") -> None:
+        self._write("DELETE FROM acct_assocs WHERE user=? AND account=? AND partition=?",
+                    (user, account, partition or ""))
+
+    def load_assocs(self) -> list[dict]:
+        return [_dec.decode(r[0]) for r in self._db.execute(
+            "SELECT record FROM acct_assocs ORDER BY account, user, partition")]
+
+    def put_qos(self, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO acct_qos VALUES(?,?,?)",
+                    (rec["name"], int(rec.get("priority", 0)), _enc.encode(rec)))
+
+    def delete_qos(self, name: str) -> None:
+        self._write("DELETE FROM acct_qos WHERE name=?", (name,))
+
+    def load_qos(self) -> list[dict]:
+        return [_dec.decode(r[0]) for r in self._db.execute(
+            "SELECT record FROM acct_qos ORDER BY name")]
+
+    def put_usage(self, account: str, user: str, usage: float, last_decay: int) -> None:
+        self._write("INSERT OR REPLACE INTO acct_usage VALUES(?,?,?,?)",
+                    (account, user, float(usage), int(last_decay)))
+
+    def load_usage(self) -> dict[tuple[str, str], tuple[float, int]]:
+        return {(a, u): (x, t) for a, u, x, t in self._db.execute(
+            "SELECT account, user, usage, last_decay FROM acct_usage")}
+
+    # ---- reservations and per-job extras -------------------------------------------------
+    def put_reservation(self, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO reservations VALUES(?,?)",
+                    (rec["name"], _enc.encode(rec)))
+
+    def delete_reservation(self, name: str) -> None:
+        self._write("DELETE FROM reservations WHERE name=?", (name,))
+
+    def load_reservations(self) -> list[dict]:
+        return [_dec.decode(r[0]) for r in self._db.execute(
+            "SELECT record FROM reservations ORDER BY name")]
+
+    def put_job_extra(self, job_id: int, rec: dict) -> None:
+        self._write("INSERT OR REPLACE INTO job_extra VALUES(?,?)", (job_id, _enc.encode(rec)))
+
+    def load_job_extra(self) -> dict[int, dict]:
+        return {j: _dec.decode(r) for j, r in self._db.execute(
+            "SELECT job_id, record FROM job_extra")}
 
     def close(self) -> None:
         self._db.close()
