@@ -413,6 +413,8 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) 
     from muster.agent.supervisor import _AsUser
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
+    # relative -o/-e/-i names are relative to the step's working directory (the task's cwd)
+    files = {k: v if os.path.isabs(v) else os.path.join(L["cwd"], v) for k, v in files.items()}
     opened = []
     try:
         with _AsUser(uid, gid, groups):
