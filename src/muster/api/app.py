@@ -411,11 +411,25 @@ def _parse_signal(s: str) -> int:
     return n
 
 
+MAX_BODY = 16 * 1024 * 1024  # the controller refuses larger frames anyway
+
+
 async def _json_body(request: Request) -> dict:
+    """The request's JSON object. Oversized bodies are refused (413) without reading them past
+    the limit; malformed JSON and non-objects are 400 with a clear message."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
+        raise ApiError(413, f"request body too large (limit {MAX_BODY} bytes)", "too_large")
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise ApiError(413, f"request body too large (limit {MAX_BODY} bytes)", "too_large")
     try:
-        body = await request.json()
-    except Exception:
-        raise ApiError(400, "request body must be JSON", "invalid_request") from None
+        import json as _json
+        body = _json.loads(bytes(raw))
+    except (ValueError, RecursionError) as exc:
+        raise ApiError(400, f"request body must be JSON: {exc}", "invalid_request") from None
     if not isinstance(body, dict):
         raise ApiError(400, "request body must be a JSON object", "invalid_request")
     return body

@@ -307,9 +307,11 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
 
 
 def squeue_json(jobs: list[dict], now: int, *, cluster: str = "",
-                command: list[str] | None = None) -> dict:
-    """``squeue --json`` (also ``scontrol show job --json`` and GET /slurm/v0.0.40/jobs)."""
-    return _doc("jobs", [job_json(j, now, cluster) for j in jobs],
+                command: list[str] | None = None, lazy: bool = False) -> dict:
+    """``squeue --json`` (also ``scontrol show job --json`` and GET /slurm/v0.0.40/jobs).
+    ``lazy``: the jobs are a generator, converted as :func:`write` streams them."""
+    converted = (job_json(j, now, cluster) for j in jobs)
+    return _doc("jobs", converted if lazy else list(converted),
                 command if command is not None else ["squeue", "--json"],
                 "openapi/slurmctld", cluster, now,
                 {"last_backfill": num(None), "last_update": num(now)})
@@ -609,7 +611,38 @@ def sacct_json(jobs: list[dict], now: int, *, cluster: str = "",
 # ---- serialisation ---------------------------------------------------------------------------------
 
 def dumps(obj) -> str:
-    return json.dumps(obj, indent=2) + "\n"
+    parts: list[str] = []
+    write(obj, parts.append)
+    return "".join(parts)
+
+
+def write(obj, emit) -> None:
+    """JSON with one top-level key per line and one record per line inside top-level lists.
+
+    Slurm indents every level (its 5,000-job ``squeue --json`` is 18 MB and takes ~0.9 s);
+    Python's indenting encoder is pure Python and ~50x slower than its C encoder. Records are
+    therefore encoded compactly by the C encoder, one per line: the same JSON value, still
+    line-oriented for grep/jq, and lists given as iterators are streamed (``emit`` is called
+    per record), so memory stays flat however many jobs there are."""
+    from muster.common.litejson import dumps as compact
+    if not isinstance(obj, dict):
+        emit(compact(obj) + "\n")
+        return
+    emit("{\n")
+    items = list(obj.items())
+    for i, (key, value) in enumerate(items):
+        emit(f"  {compact(key)}: ")
+        if isinstance(value, list) or (hasattr(value, "__next__") and hasattr(value, "__iter__")):
+            first = True
+            emit("[")
+            for item in value:
+                emit(("\n    " if first else ",\n    ") + compact(item))
+                first = False
+            emit("]" if first else "\n  ]")
+        else:
+            emit(compact(value))
+        emit(",\n" if i < len(items) - 1 else "\n")
+    emit("}\n")
 
 
 _PLAIN_BAD = set(":#{}[],&*?|<>=!%@`'\"\\\n\t")

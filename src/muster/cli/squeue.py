@@ -135,8 +135,13 @@ def _main() -> int:
             jobs = [j for j in jobs if j.get("node_list") and want & set(ex(j["node_list"]))]
         if structured:
             from muster.cli import fmt_json
-            doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
-            sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
+            if opts.get("json"):
+                doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]],
+                                           lazy=True)
+                fmt_json.write(doc, sys.stdout.write)
+            else:
+                doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
+                sys.stdout.write(fmt_json.to_yaml(doc))
             return 0
         try:
             out = fmt_squeue.render(

