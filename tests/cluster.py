@@ -150,8 +150,10 @@ def controller_pid(c: "Cluster") -> int:
     return c.pids()["controller"]
 
 
-def restart_controller(c: "Cluster", kill_signal: int = 9) -> int:
-    """SIGKILL (by default) the controller, start a new one on the same state; return its pid."""
+def restart_controller(c: "Cluster", kill_signal: int = 9, env: dict | None = None,
+                       wait: bool = True) -> int:
+    """SIGKILL (by default) the controller, start a new one on the same state; return its pid.
+    ``env`` adds variables to the new controller's environment (e.g. MUSTER_CRASH_AT)."""
     import signal as _signal
     rec = c.pids()
     try:
@@ -163,14 +165,15 @@ def restart_controller(c: "Cluster", kill_signal: int = 9) -> int:
     with open(os.path.join(c.state_dir, "log", "musterctld.out"), "ab") as out:
         p = subprocess.Popen([os.path.join(BIN, "musterctld"), "-f", c.conf, "-L", log],
                              stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                             start_new_session=True)
+                             start_new_session=True, env={**os.environ, **(env or {})})
     rec["controller"] = p.pid
     tmp = os.path.join(c.state_dir, "muster.pids.tmp")
     with open(tmp, "w") as fh:
         json.dump(rec, fh)
     os.replace(tmp, os.path.join(c.state_dir, "muster.pids"))
     del _signal
-    wait_for(lambda: c.run(["scontrol", "ping"]).rc == 0, what="controller back")
+    if wait:
+        wait_for(lambda: c.run(["scontrol", "ping"]).rc == 0, what="controller back")
     return p.pid
 
 

@@ -48,12 +48,12 @@ def test_sigkill_during_submission_burst(own_cluster):
     threads = [threading.Thread(target=submitter) for _ in range(4)]
     for t in threads:
         t.start()
-    wait_for(lambda: len(acked) >= 30, what="some submissions")
-    restart_controller(c)          # SIGKILL in the middle of the burst
-    n_before_second = len(acked)
-    wait_for(lambda: len(acked) >= n_before_second + 30, what="submissions after restart")
-    restart_controller(c)          # and once more
-    wait_for(lambda: len(acked) >= n_before_second + 60, what="more submissions")
+    # a burst of 1,000 submissions with two SIGKILLs of the controller in the middle of it
+    wait_for(lambda: len(acked) >= 300, timeout=120, what="300 submissions")
+    restart_controller(c)
+    wait_for(lambda: len(acked) >= 650, timeout=120, what="650 submissions")
+    restart_controller(c)
+    wait_for(lambda: len(acked) >= 1000, timeout=120, what="1,000 submissions")
     stop.set()
     for t in threads:
         t.join()
@@ -63,7 +63,7 @@ def test_sigkill_during_submission_burst(own_cluster):
         r = c.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw,State", "-S", "now-1hour"])
         states = dict(line.split("|") for line in r.out.splitlines() if line)
         return all(states.get(str(j)) == "COMPLETED" for j in acked) and states
-    states = wait_for(all_done, timeout=120, what="all acknowledged jobs completed")
+    states = wait_for(all_done, timeout=240, interval=0.5, what="all acknowledged jobs completed")
     r = c.run(["sacct", "-X", "-n", "-P", "-o", "JobIDRaw", "-S", "now-1hour"])
     ids = [int(x) for x in r.out.split()]
     assert len(ids) == len(set(ids)), "a job id appears twice in accounting"
@@ -106,3 +106,20 @@ def test_restart_keeps_pending_and_held_jobs(own_cluster):
     c.run(["scontrol", "release", str(held)])
     assert c.wait_done(held) == "COMPLETED"
     subprocess.run(["true"])
+
+
+@pytest.mark.parametrize("point", ["after_start_commit", "before_end_commit"])
+def test_crash_at_the_points_that_hurt(own_cluster, point):
+    """Crash exactly between committing a start and sending the launch, or between an agent's
+    end report and its commit: after a restart the job runs exactly once and ends COMPLETED."""
+    c = own_cluster
+    marker = os.path.join(c.workdir, f"{point}.log")
+    pid = restart_controller(c, env={"MUSTER_CRASH_AT": f"{point}:1"})
+    jid = c.sbatch("-o", "/dev/null", "--wrap", f"echo ran >> {marker}", cwd=c.workdir)
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or
+             open(f"/proc/{pid}/stat").read().split(") ")[1][0] == "Z",
+             timeout=30, what=f"controller to die at {point}")
+    restart_controller(c, kill_signal=0)
+    assert c.wait_done(jid) == "COMPLETED"
+    wait_for(lambda: os.path.exists(marker), what="job output")
+    assert open(marker).read() == "ran\n"

@@ -42,6 +42,26 @@ MAX_CONNECTIONS = 4096  # open client connections; more are refused as busy
 LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, not fail
 
 
+_CRASH = {}
+
+
+def crash_point(name: str) -> None:
+    """Fault injection for the crash-safety tests: with MUSTER_CRASH_AT=<name>:<n> in the
+    controller's environment, the n-th time execution reaches this point the process dies at
+    once (os._exit, as a SIGKILL would leave it). Costs one dict lookup otherwise."""
+    spec = _CRASH.get("spec")
+    if spec is None:
+        raw = os.environ.get("MUSTER_CRASH_AT", "")
+        point, _, n = raw.partition(":")
+        spec = _CRASH["spec"] = (point, int(n) if n.isdigit() else 1) if raw else ("", 0)
+    if spec[0] != name:
+        return
+    _CRASH[name] = _CRASH.get(name, 0) + 1
+    if _CRASH[name] >= spec[1]:
+        log.warning("MUSTER_CRASH_AT=%s reached: exiting now", name)
+        os._exit(137)
+
+
 class ClientConn:
     """Per-connection context handed to handlers: where the peer is, what to do on close."""
 
@@ -163,6 +183,8 @@ class Controller:
         snap, shell_reasons = build_snapshot(self.state, t)
         plan = schedule(snap, self.sched_cfg)
         started = apply_plan(self.state, plan, t, shell_reasons)
+        if started:
+            crash_point("after_start_commit")  # starts committed, launches not yet sent
         for job in started:
             if job.batch:
                 self.launch(job)
@@ -588,6 +610,7 @@ class Controller:
         self.send_to_node(job.batch_host, self.launch_message(job))
 
     def job_ended(self, node_name: str, res: dict) -> None:
+        crash_point("before_end_commit")  # the agent reported an end; nothing committed yet
         job = self.state.jobs.get(res.get("job_id"))
         if job is None or job.batch_host != node_name or job.restarts != res.get("run", 0):
             return  # unknown, or a report of an older run we already closed
