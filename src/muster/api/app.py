@@ -218,9 +218,15 @@ class Api:
 
     async def reservations(self, request: Request):
         who = self.ident(request)
-        # Muster has no reservations yet: always an empty list (same shape as slurmrestd)
-        return self.ok(request, who, {"reservations": [],
-                                      "last_update": fmt_json.num(int(time.time()))})
+        r = await self.ctl(who, {"op": "reservations"})
+        out = [{"name": x["name"], "node_list": x["nodes"], "node_count": x["node_count"],
+                "core_count": x["core_count"], "partition": x.get("partition") or "",
+                "start_time": fmt_json.num(x["start_time"]), "end_time": fmt_json.num(x["end_time"]),
+                "flags": x["flags"], "users": ",".join(x["users"]),
+                "accounts": ",".join(x["accounts"]), "tres": x["tres"]}
+               for x in r["reservations"]]
+        return self.ok(request, who, {"reservations": out,
+                                      "last_update": fmt_json.num(r["now"])})
 
     async def ping(self, request: Request):
         who = self.ident(request)

@@ -238,7 +238,7 @@ def document() -> dict:
             "get": _op("slurm_get_partition", "one partition", "PartitionsResponse",
                        params=[_p("partition_name", "path")])},
         f"{s}/reservations": {"get": _op("slurm_get_reservations",
-                                         "reservations (none until Muster has them)",
+                                         "advance reservations",
                                          "ReservationsResponse")},
         f"{d}/jobs": {"get": _op(
             "slurmdb_get_jobs", "accounting records with steps (sacct)", "AcctJobsResponse",

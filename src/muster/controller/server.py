@@ -91,6 +91,7 @@ class Controller:
     def __init__(self, cfg, store):
         self.cfg = cfg
         self.state = ClusterState(cfg, store)
+        self.state.ctl = self
         self.sched_cfg = sched_config(cfg)
         from muster.controller.steps import StepManager
         self.steps = StepManager(self)

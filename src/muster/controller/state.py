@@ -44,19 +44,6 @@ def identity(uid: int, gid: int | None = None) -> dict:
             "home": home, "shell": shell}
 
 
-def _controller_of_caller():
-    """The Controller constructing this state (``Controller.__init__`` creates it), so that
-    the scheduling shell can apply preemptions (kill/requeue go through the controller's
-    agent links). None when built elsewhere (tests, the simulator)."""
-    import sys
-    try:
-        f = sys._getframe(2)
-    except ValueError:
-        return None
-    obj = f.f_locals.get("self")
-    return obj if obj is not None and hasattr(obj, "kill_running") else None
-
-
 class ClusterState:
     def __init__(self, cfg, store):
         self.cfg = cfg
@@ -75,7 +62,7 @@ class ClusterState:
         self.accounts = Accounts(store, cfg, self)
         self.qos_names = self.accounts.qos  # name -> record; ``in`` checks a QOS name
         self.reservations = Reservations(store, cfg, self)
-        self.ctl = _controller_of_caller()  # for preemption (kill/requeue), see below
+        self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
         self.boot_time = now()
