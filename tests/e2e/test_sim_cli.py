@@ -1,5 +1,9 @@
 """`muster sim` through the real console script: a small window of a real trace, --json."""
 
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from shared_path import SHARED  # noqa: E402
 import json
 import os
 import pathlib
@@ -9,7 +13,7 @@ import sys
 import pytest
 
 BIN = pathlib.Path(sys.executable).parent / "muster"
-TRACES = "/work/shared/traces"
+TRACES = str(SHARED / "traces")
 
 
 def _muster(*args, check=True):

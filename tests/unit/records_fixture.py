@@ -3,6 +3,10 @@
 partitions gpu (default) / debug.  Times are UTC epochs of the captured wall-clock times;
 tests must run with TZ=UTC (see ``utc_tz`` below)."""
 from __future__ import annotations
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from shared_path import SHARED  # noqa: E402
 
 import calendar
 import os
@@ -11,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REF = Path("/work/shared/reference/slurm-22.05")
+REF = SHARED / "reference" / "slurm-22.05"
 CWD = "/tmp/slurmref-cap"
 
 

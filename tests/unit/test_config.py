@@ -1,6 +1,10 @@
 """muster.config: slurm.conf / gres.conf parsing, rendering and location."""
 
 from __future__ import annotations
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from shared_path import SHARED  # noqa: E402
 
 import os
 import re
@@ -21,8 +25,8 @@ from muster.config import (
     render,
 )
 
-REF = Path("/work/shared/reference/slurm-22.05")
-TOOLS = Path("/work/shared/tools/slurm-ref/conf")
+REF = SHARED / "reference" / "slurm-22.05"
+TOOLS = SHARED / "tools" / "slurm-ref" / "conf"
 
 HEAD = "ClusterName=test\nSlurmctldHost=ctl(10.0.0.1)\n"
 

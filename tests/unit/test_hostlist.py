@@ -1,6 +1,10 @@
 """Hostlist expansion/compression: every hostlist.md §4 row plus the reference captures."""
 
 from __future__ import annotations
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from shared_path import SHARED  # noqa: E402
 
 from pathlib import Path
 
@@ -17,7 +21,7 @@ from muster.common.hostlist import (
     natural_key,
 )
 
-REF = Path("/work/shared/reference/slurm-22.05")
+REF = SHARED / "reference" / "slurm-22.05"
 
 # (input, show hostlist, show hostlistsorted) — hostlist.md §4; None = not given by the spec.
 SPEC_TABLE = [

@@ -1,5 +1,9 @@
 """Trace readers: synthetic files and the first lines of the real traces."""
 
+import os as _os  # noqa: E402
+import sys as _sys  # noqa: E402
+_sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
+from shared_path import SHARED  # noqa: E402
 import gzip
 import os
 
@@ -7,7 +11,7 @@ import pytest
 
 from muster.sim.traces import TraceError, detect_format, read_trace
 
-TRACES = "/work/shared/traces"
+TRACES = str(SHARED / "traces")
 need_traces = pytest.mark.skipif(not os.path.isdir(TRACES), reason="shared traces not present")
 
 SWF = """; MaxProcs: 64
