@@ -5,16 +5,27 @@
 # can execute the commands it contains (a python under /root would not be reachable).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=${VENV:-.venv}
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
+EDITABLE=-e
+if [ -z "${VENV:-}" ]; then
+  VENV=.venv
+  # The identity tests run commands as unprivileged users: they must be able to reach the
+  # virtualenv and the package. A checkout they cannot read (e.g. under /root) gets its
+  # virtualenv in /opt, with the package copied into it instead of linked.
+  if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1 && \
+     ! runuser -u nobody -- test -r "$PWD/src/muster/__init__.py" 2>/dev/null; then
+    VENV=/opt/muster-test-venv
+    EDITABLE=
+  fi
+fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[test,tools,api,sim]'
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check $EDITABLE '.[test,tools,api,sim]'
 # compile bytecode so CLI start-up is measured and felt as users will (PYTHONDONTWRITEBYTECODE
 # may be set in some environments)
-"$VENV/bin/python" -m compileall -q src >/dev/null || true
+"$VENV/bin/python" -m compileall -q src >/dev/null 2>&1 || true
 if [ "$(id -u)" = 0 ]; then
   # the dashboard test drives Debian's Chromium (never a downloaded browser)
   [ -x /usr/bin/chromium ] || PYTHON="$VENV/bin/python" sh scripts/install-browser.sh
