@@ -178,8 +178,9 @@ class MusterCluster:
 
     kind = "muster"
 
-    def __init__(self, nodes: int = 4, gpus: int = 8):
+    def __init__(self, nodes: int = 4, gpus: int = 8, extra: tuple[str, ...] = ()):
         self.nodes = nodes
+        self.extra = extra
         self.dir = tempfile.mkdtemp(prefix="musterbench-")
         os.chmod(self.dir, 0o755)
         self.conf = os.path.join(self.dir, "slurm.conf")
@@ -201,7 +202,7 @@ class MusterCluster:
     def __enter__(self) -> "MusterCluster":
         try:
             run([self.cmd("muster"), "up", "--state-dir", self.dir, "--nodes", str(self.nodes),
-                 "--gpus-per-node", str(self.gpus)], self.env, timeout=90)
+                 "--gpus-per-node", str(self.gpus), *self.extra], self.env, timeout=180)
         except BaseException:
             self.__exit__(None, None, None)
             raise

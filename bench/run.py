@@ -29,7 +29,8 @@ sys.path.insert(0, _REPO)
 
 from bench import common  # noqa: E402
 
-ORDER = ["cli_latency", "submit_latency", "throughput", "array", "squeue_pending", "memory"]
+ORDER = ["cli_latency", "submit_latency", "throughput", "array", "squeue_pending", "memory",
+         "srun_fanout"]
 
 
 class Ctx:
