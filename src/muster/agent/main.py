@@ -25,7 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     if not path:
         print("musterd: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
         return 1
-    _raise_fd_limit()
+    from muster.common.process import raise_fd_limit
+    raise_fd_limit()
     logging.basicConfig(
         filename=args.logfile, level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s musterd[%(process)d] %(levelname)s %(message)s")
@@ -61,18 +62,6 @@ def main(argv: list[str] | None = None) -> int:
     gc.freeze()  # everything loaded so far is permanent: forked supervisors never touch it via gc
     asyncio.run(agents[0].run() if len(agents) == 1 else run_many(agents))
     return 0
-
-
-def _raise_fd_limit() -> None:
-    """Connections, pidfds and job pipes all need descriptors: use the hard limit (an emulated
-    1,000-node agent or a busy controller outgrows the usual soft limit of 1,024)."""
-    import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        except (ValueError, OSError):
-            pass
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import subprocess
 import socket
 import time
 
-from muster.agent.supervisor import write_json_atomic
+from muster.agent.supervisor import forked_main, write_json_atomic
 from muster.common import iostream as io
 from muster.common.patterns import expand_pattern
 
@@ -30,22 +30,7 @@ WHY_TEXT = {"cancel": "", "timeout": " DUE TO TIME LIMIT", "node_fail": " DUE TO
 
 def run_stepd(spool: str, L: dict, node: str) -> None:
     """Entry point in the forked child. Never returns."""
-    code = 0
-    try:
-        signal.set_wakeup_fd(-1)
-        os.setsid()
-        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-            signal.signal(s, signal.SIG_DFL)
-        _StepD(spool, L, node).run()
-    except BaseException:  # noqa: BLE001
-        code = 1
-        try:
-            import traceback
-            with open(os.path.join(spool, "supervisor.err"), "a") as fh:
-                traceback.print_exc(file=fh)
-        except OSError:
-            pass
-    os._exit(code)
+    forked_main(spool, lambda: _StepD(spool, L, node).run())
 
 
 class _Task:

@@ -45,19 +45,23 @@ def write_json_atomic(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_supervisor(spool: str, launch: dict, node: str) -> None:
-    """Entry point in the forked child. Never returns."""
+def forked_main(spool: str, body) -> None:
+    """Run ``body()`` as a forked supervisor or step daemon, then exit; never returns.
+
+    Drops what the agent's process set up that a supervisor must not share: the event loop's
+    signal wake-up fd (a signal delivered to us would otherwise be written into the agent's loop,
+    which would believe *it* got the signal), the agent's signal handlers and session, and the
+    garbage collector (a collection would touch — and copy — every inherited page). Any
+    exception is written to ``<spool>/supervisor.err``."""
     code = 0
     try:
         import gc
-        gc.disable()  # a collection would touch (and copy) every page inherited from the agent
-        # the agent's event loop registered a wake-up fd for signals; a signal delivered to us
-        # must not be written into the agent's loop (it would think *it* got the signal)
+        gc.disable()
         signal.set_wakeup_fd(-1)
         os.setsid()
         for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
-        _Supervisor(spool, launch, node).run()
+        body()
     except BaseException:  # noqa: BLE001 - report whatever happened, then leave
         code = 1
         try:
@@ -67,6 +71,11 @@ def run_supervisor(spool: str, launch: dict, node: str) -> None:
         except OSError:
             pass
     os._exit(code)
+
+
+def run_supervisor(spool: str, launch: dict, node: str) -> None:
+    """Entry point in the forked child. Never returns."""
+    forked_main(spool, lambda: _Supervisor(spool, launch, node).run())
 
 
 class _Supervisor:
