@@ -7,7 +7,7 @@ VENV=${VENV:-.venv}
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$PY" ] || PY=python3
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e .
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -e '.[api]'
 "$VENV/bin/python" -m compileall -q src >/dev/null || true
 "$VENV/bin/muster" up "$@"
 echo "Commands are in $(cd "$VENV/bin" && pwd): export PATH=\"$(cd "$VENV/bin" && pwd):\$PATH\""
