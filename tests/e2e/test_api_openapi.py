@@ -66,6 +66,7 @@ def test_every_operation_conforms(cluster, doc, workdir):
         "muster_get_events": ({}, f"?job_id={done}&limit=50", None),
         "muster_get_dashboard": ({}, "", None),
         "muster_get_usage": ({}, "?hours=2", None),
+        "muster_get_fairshare": ({}, "", None),
         "muster_get_whoami": ({}, "", None),
         "metrics": ({}, "", None), "openapi": ({}, "", None),
     }

@@ -350,6 +350,13 @@ class Api:
         r.pop("ok", None)
         return self.ok(request, who, {"usage": r})
 
+    async def fairshare(self, request: Request):
+        """The association tree with shares, usage and fair-share factors (what ``sshare -a``
+        shows)."""
+        who = self.ident(request)
+        r = await self.ctl(who, {"op": "sshare"})
+        return self.ok(request, who, {"fairshare": r["rows"]})
+
     async def whoami(self, request: Request):
         who = self.ident(request)
         r = await self.ctl(who, {"op": "ping"})
@@ -590,6 +597,7 @@ def build_app(api: Api) -> Starlette:
         Route(f"{m}/events", api.events, methods=["GET"]),
         Route(f"{m}/dashboard", api.dashboard_data, methods=["GET"]),
         Route(f"{m}/usage", api.usage, methods=["GET"]),
+        Route(f"{m}/fairshare", api.fairshare, methods=["GET"]),
         Route(f"{m}/whoami", api.whoami, methods=["GET"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/openapi.json", api.openapi, methods=["GET"]),

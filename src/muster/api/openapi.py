@@ -113,6 +113,7 @@ def _schemas() -> dict:
             "tres": _obj({"billing_weights": S, "configured": S}), "flags": SL}),
         "PartitionsResponse": resp(partitions={"type": "array", "items": _ref("Partition")},
                                    last_update=NUM),
+        "FairshareResponse": resp(fairshare={"type": "array", "items": {"type": "object"}}),
         "ReservationsResponse": resp(reservations={"type": "array", "items": {"type": "object"}},
                                      last_update=NUM),
         "PingResponse": resp(pings={"type": "array", "items": _obj(
@@ -269,6 +270,9 @@ def document() -> dict:
         f"{m}/usage": {"get": _op("muster_get_usage", "GPU-/CPU-hours by account over time",
                                   "UsageResponse", tag="muster",
                                   params=[_p("hours", schema=I), _p("bucket", schema=I)])},
+        f"{m}/fairshare": {"get": _op("muster_get_fairshare",
+                                      "associations with shares, usage and fair-share factors",
+                                      "FairshareResponse", tag="muster")},
         f"{m}/whoami": {"get": _op("muster_get_whoami", "the token's user", "WhoamiResponse",
                                    tag="muster")},
         "/metrics": {"get": {"operationId": "metrics", "summary": "Prometheus metrics",

@@ -342,6 +342,18 @@
         : "<span class='muted'>no GPU jobs ran in the last 24 h</span>";
     } catch (e) { /* shown on the next poll */ }
   }
+  async function loadFairshare() {
+    try {
+      const rows = (await api(`${API}/fairshare`)).fairshare;
+      $("fairshare").innerHTML = rows.length ? "<table><thead><tr><th>Account</th><th>User</th>" +
+        "<th>Shares</th><th>Usage (effective)</th><th>FairShare</th></tr></thead><tbody>" +
+        rows.map((r) => `<tr><td>${"&nbsp;".repeat(2 * (r.depth || 0))}${esc(r.account)}</td>` +
+          `<td>${esc(r.user || "")}</td><td>${Number(r.norm_shares || 0).toFixed(3)}</td>` +
+          `<td>${Number(r.effectv_usage || 0).toFixed(3)}</td>` +
+          `<td>${r.user ? Number(r.fairshare || 0).toFixed(3) : ""}</td></tr>`).join("") +
+        "</tbody></table>" : "<p class='muted'>no associations yet (sacctmgr add account …)</p>";
+    } catch (e) { /* shown on the next poll */ }
+  }
   async function loadEvents() {
     try {
       const ev = (await api(`${API}/events?limit=60`)).events;
@@ -358,8 +370,9 @@
     $("login").hidden = true; $("main").hidden = false;
     $("user-name").textContent = state.me.user + (state.me.operator ? " (operator)" : "");
     timers.forEach(clearInterval);
-    await poll(); loadUsage(); loadEvents();
-    timers = [setInterval(poll, POLL_MS), setInterval(loadUsage, USAGE_MS), setInterval(loadEvents, EVENTS_MS)];
+    await poll(); loadUsage(); loadEvents(); loadFairshare();
+    timers = [setInterval(poll, POLL_MS), setInterval(loadUsage, USAGE_MS), setInterval(loadEvents, EVENTS_MS),
+              setInterval(loadFairshare, USAGE_MS)];
     const m = location.hash.match(/job=(\d+)/); if (m) select(Number(m[1]));
   }
   window.addEventListener("resize", () => { if (state.snap) { drawMap(); drawGantt(); } });
