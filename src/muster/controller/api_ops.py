@@ -345,7 +345,8 @@ def dash(ctl, msg, uid, gid):
     rows = []
     for j in st.jobs.values():
         rows.append([j.job_id, j.display_id, j.name, j.user, j.account, j.partition,
-                     _job_state(j), j.reason_desc or j.reason, j.submit_time, j.start_time,
+                     _job_state(j), j.reason_desc or j.reason, j.submit_time,
+                     j.expected_start if j.state == "PENDING" else j.start_time,
                      j.end_time, j.time_limit, j.node_list, _job_gpus(j), j.num_cpus,
                      j.priority, f"{j.exit_code}:{j.exit_signal}", j.array_job_id, j.num_nodes])
     return {"now": t, "cluster": ctl.cfg.cluster_name,
