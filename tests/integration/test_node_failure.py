@@ -104,3 +104,32 @@ def test_no_requeue_job_ends_node_fail_and_srun_reports(c):
     restart_agent(c, "node3")
     wait_for(lambda: node_state(c, "node1") == "idle" and node_state(c, "node3") == "idle",
              timeout=30, what="nodes back")
+
+
+def test_returning_node_kills_leftovers_of_requeued_job(c):
+    """A node that was only cut off (agent dead, job processes still alive) is declared DOWN,
+    its job requeued elsewhere; when the agent returns it learns the job is gone and kills the
+    leftover processes, so the job never runs twice at once."""
+    out = os.path.join(c.workdir, "left.out")
+    jid = c.sbatch("-x", "node1", "-o", out, "--open-mode=append", "--wrap",
+                   "echo start $SLURMD_NODENAME restart=${SLURM_RESTART_COUNT:-0}; sleep 600",
+                   cwd=c.workdir)
+    wait_for(lambda: os.path.exists(out) and "restart=0" in open(out).read(), what="first run")
+    first_node = open(out).read().split()[1]
+    pid = c.pids()["agents"][first_node]
+    spool = os.path.join(c.state_dir, "spool", first_node)
+    job_pids = []
+    for root, dirs, files in os.walk(spool):
+        dirs[:] = [d for d in dirs if d != ".trash"]
+        if "job.pid" in files:
+            job_pids += [int(p) for p in open(os.path.join(root, "job.pid")).read().split()]
+    assert job_pids
+    os.kill(pid, signal.SIGKILL)  # only the agent dies: the job's processes live on
+    wait_for(lambda: node_state(c, first_node).startswith("down"), timeout=30, what="node down")
+    assert all(_alive(p) for p in job_pids)  # still running, cut off from the controller
+    restart_agent(c, first_node)
+    wait_for(lambda: not any(_alive(p) for p in job_pids), timeout=30,
+             what="leftover processes killed by the returning agent")
+    wait_for(lambda: "restart=1" in open(out).read(), timeout=30, what="job ran again")
+    c.run(["scancel", str(jid)])
+    assert c.wait_done(jid) == "CANCELLED"
