@@ -14,6 +14,40 @@ LIGHT_FIELDS = ["job_id", "array_job_id", "array_task_id", "array_task_str", "ar
                 "partition", "name", "user", "state", "reason", "reason_desc", "start_time",
                 "end_time", "time_limit", "num_nodes", "node_list", "priority", "sched_nodes"]
 
+# -o codes → the record fields their getters read (fmt_squeue._CODES); a format using any code
+# not listed here fetches whole records
+_ARR = ("job_id", "array_job_id", "array_task_id", "array_task_str", "array_max_tasks")
+_TIMES = ("start_time", "end_time", "time_limit", "submit_time")
+CODE_FIELDS = {
+    "i": _ARR, "A": _ARR, "F": _ARR, "K": _ARR, "j": ("name",), "u": ("user", "uid"),
+    "U": ("uid",), "g": ("group", "gid"), "G": ("gid",), "a": ("account",), "q": ("qos",),
+    "P": ("partition",), "t": (), "T": (), "M": _TIMES, "l": ("time_limit",), "L": _TIMES,
+    "D": ("num_nodes",), "C": ("num_cpus",), "c": ("cpus_per_task",),
+    "R": ("reason", "reason_desc", "node_list"), "r": ("reason",), "N": ("node_list",),
+    "S": _TIMES, "e": _TIMES, "V": ("submit_time",), "p": ("priority",), "Q": ("priority",),
+    "E": ("dependency",), "k": ("comment",), "Z": ("work_dir",), "o": ("command",),
+    "b": ("tres_per_node",), "Y": ("sched_nodes",), "y": ("nice",), "B": ("batch_host",),
+    "n": ("req_nodes",), "x": ("exc_nodes",), "h": ("exclusive",),
+}
+
+
+def fields_for_format(fmt: str) -> list[str] | None:
+    """The record fields a ``-o`` format needs (plus what sorting and display always read),
+    or None when it uses a code this table does not know."""
+    from muster.cli.fmt_common import parse_format
+    try:
+        codes, _tail = parse_format(fmt)
+    except ValueError:
+        return None
+    out = dict.fromkeys(_ARR + ("state", "completing", "partition", "priority"))
+    for f in codes:
+        extra = CODE_FIELDS.get(f.code)
+        if extra is None:
+            return None
+        out.update(dict.fromkeys(extra))
+    return list(out)
+
+
 DEFAULT_STATES = {"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "STAGE_OUT"}
 
 PARSER = GetoptParser("squeue", [
@@ -98,6 +132,12 @@ def _main() -> int:
     if not custom and not structured:
         msg["fields"] = LIGHT_FIELDS
         msg["rows"] = True
+    elif not structured and not (opts.get("Format") or env.get("SQUEUE_FORMAT2") or
+                                 opts.get("sort") or env.get("SQUEUE_SORT")):
+        wanted = fields_for_format(opts.get("format") or env.get("SQUEUE_FORMAT"))
+        if wanted is not None:
+            msg["fields"] = wanted
+            msg["rows"] = True
     iterate = opts.get("iterate")
     from muster.common.errors import InvalidJobId
     while True:
