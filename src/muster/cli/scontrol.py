@@ -29,8 +29,7 @@ def _job_refs(tokens: list[str], prog_err: str = "Invalid job id specified") -> 
                 continue
             jid, _, task = part.split(".")[0].partition("_")
             if not jid.isdigit() or (task and not task.isdigit()):
-                raise _err(f"scontrol: error: Invalid job id specified: {part}" if False else
-                           f"Invalid job id specified for job {part}")
+                raise _err(f"Invalid job id specified for job {part}")
             refs.append({"job_id": int(jid), "task": int(task) if task else None})
     if not refs:
         raise _err("scontrol: error: No job id specified")
