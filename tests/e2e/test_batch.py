@@ -277,3 +277,17 @@ def test_pending_reasons_resources_and_priority(cluster, workdir):
     cluster.run(["scancel", str(big[0])])
     assert cluster.wait_done(blocked) == "COMPLETED"
     assert cluster.wait_done(behind) == "COMPLETED"
+
+
+def test_squeue_filters_with_projected_formats(cluster, workdir):
+    """Client-side filters (-n, -p, -A, -q, -w) combined with the default and custom formats,
+    which fetch only some fields of each job."""
+    jid = cluster.sbatch("-H", "-J", "projname", "--wrap", "true", cwd=workdir)
+    for fmt in ([], ["-o", "%i"], ["-o", "%i %t %j"]):
+        for flt in (["-n", "projname"], ["-p", "gpu"], ["-A", "root"], ["-q", "normal"]):
+            r = cluster.run(["squeue", "-h", *flt, *fmt])
+            assert r.rc == 0, (flt, fmt, r)
+            assert str(jid) in r.out, (flt, fmt, r.out)
+    r = cluster.run(["squeue", "-h", "-w", "node1", "-o", "%i"])
+    assert r.rc == 0 and str(jid) not in r.out.split()
+    cluster.run(["scancel", str(jid)])

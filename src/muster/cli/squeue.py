@@ -138,6 +138,10 @@ def _main() -> int:
         if wanted is not None:
             msg["fields"] = wanted
             msg["rows"] = True
+    if "fields" in msg:
+        # the filters applied here read these fields too
+        msg["fields"] = list(dict.fromkeys(msg["fields"] + ["name", "partition", "account", "qos",
+                                                            "node_list"]))
     iterate = opts.get("iterate")
     from muster.common.errors import InvalidJobId
     while True:
