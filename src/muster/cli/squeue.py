@@ -140,8 +140,12 @@ def _main() -> int:
             msg["rows"] = True
     if "fields" in msg:
         # the filters applied here read these fields too
-        msg["fields"] = list(dict.fromkeys(msg["fields"] + ["name", "partition", "account", "qos",
-                                                            "node_list"]))
+        need = [f for f, used in (("name", opts.get("name") or env.get("SQUEUE_NAMES")),
+                                  ("partition", opts.get("partition") or env.get("SQUEUE_PARTITION")),
+                                  ("account", opts.get("account") or env.get("SQUEUE_ACCOUNT")),
+                                  ("qos", opts.get("qos") or env.get("SQUEUE_QOS")),
+                                  ("node_list", opts.get("nodelist"))) if used]
+        msg["fields"] = list(dict.fromkeys(msg["fields"] + need))
     iterate = opts.get("iterate")
     from muster.common.errors import InvalidJobId
     while True:

@@ -72,7 +72,7 @@ class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
     __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap", "changes",
-                 "_heaps", "_dead")
+                 "_heaps", "_dead", "_enc")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
         self.now = now
@@ -102,6 +102,8 @@ class Timeline:
         # (ck, shape, d, horizon) → smallest k found not to fit by horizon: the profile
         # only shrinks, so it never will in this cycle
         self._dead: dict[tuple, int] = {}
+        # heap key encoding (tie bits, offset, node bits), fixed at the first search
+        self._enc: tuple[int, int, int] | None = None
 
     @classmethod
     def build(
@@ -267,36 +269,84 @@ class Timeline:
         return sorted(out)
 
     # ---- earliest start ---------------------------------------------------------------
+    #
+    # Heap entries are single ints ``((start << TB) + tie + OFF) << PB | p``: ordered as
+    # the tuple ``(start, tie, p)`` (``tie`` + ``OFF`` always lies in ``[0, 2**TB)``, ``p``
+    # in ``[0, 2**PB)``). The version an entry of a shared heap was computed at is kept
+    # beside the heap, one per node (a node has at most one entry in a heap).
 
-    def _entries(self, ps: Iterable[int], t: int, d: int, shape: Shape) -> list[tuple]:
-        """Heap entries ``(start, tie, p, version)`` for nodes ``ps`` from time ``t``.
+    def _encoding(self) -> tuple[int, int, int]:
+        """(TB, OFF, PB), from the profile's largest values (it only shrinks after)."""
+        enc = self._enc
+        if enc is None:
+            big = 1
+            for cp in self.cap:
+                big = max(big, abs(cp[3]), cp[0], cp[1], cp[2])
+            for p in range(len(self.ts)):
+                big = max(big, max(self.cs[p]), max(self.ms[p]),
+                          max(g.bit_length() for g in self.gs[p]))
+            # |tie| <= (|weight| + gpus + cpus + mem + 1) << 76
+            tb = 77 + (4 * big + 1).bit_length() + 1
+            enc = self._enc = (tb, 1 << (tb - 1), max(1, len(self.ts).bit_length()))
+        return enc
 
-        ``tie`` packs (weight, free GPUs, free CPUs, free memory) of the window: least
-        free first = best fit. Nodes that never fit are left out.
-        """
+    def _keys(self, ps: Iterable[int], t: int, d: int, shape: Shape) -> list[int]:
+        """Heap keys for nodes ``ps`` from time ``t`` (see above): each node's earliest
+        fit ``start`` and ``tie`` = (weight, free GPUs, free CPUs, free memory) of the
+        window, least free first = best fit. Nodes that never fit are left out."""
         c, m, g, m_all, excl = shape
-        nf, cap, ver = self.next_fit, self.cap, self.ver
+        tb, off, pb = self._encoding()
+        cap, TS, CS, MS, GS = self.cap, self.ts, self.cs, self.ms, self.gs
         out = []
+        append = out.append
         for p in ps:
             cp = cap[p]
             if excl:
-                r = nf(p, t, d, cp[0], cp[1], cp[2])
+                c, m, g = cp[0], cp[1], cp[2]
             elif m_all:
-                r = nf(p, t, d, c, cp[1], g)
-            else:
-                r = nf(p, t, d, c, m, g)
-            if r is not None:
-                out.append((r[0], (((cp[3] << 8 | r[3].bit_count()) << 24 | r[1]) << 44) | r[2],
-                            p, ver[p]))
+                m = cp[1]
+            ts, cs, ms, gs = TS[p], CS[p], MS[p], GS[p]
+            n = len(ts)
+            i = bisect_right(ts, t) - 1
+            while i < n:
+                mc, mm, mask = cs[i], ms[i], gs[i]
+                if mc < c or mm < m or mask.bit_count() < g:
+                    i += 1
+                    continue
+                s = ts[i] if ts[i] > t else t
+                end = s + d
+                j = i + 1
+                nxt = -1
+                while j < n and ts[j] < end:
+                    cj, mj, gj = cs[j], ms[j], gs[j]
+                    if cj < c or mj < m:
+                        nxt = j + 1
+                        break
+                    nm = mask & gj
+                    if nm.bit_count() < g:
+                        nxt = j + 1 if gj.bit_count() < g else i + 1
+                        break
+                    if cj < mc:
+                        mc = cj
+                    if mj < mm:
+                        mm = mj
+                    mask = nm
+                    j += 1
+                if nxt < 0:
+                    tie = (((cp[3] << 8 | mask.bit_count()) << 24 | mc) << 44) | mm
+                    append((((s << tb) + tie + off) << pb) | p)
+                    break
+                i = nxt
         return out
 
-    def _heap(self, ck: tuple, cands: Sequence[int], shape: Shape, d: int) -> list:
+    def _heap(self, ck: tuple, cands: Sequence[int], shape: Shape, d: int):
         key = (ck, shape, d)
-        heap = self._heaps.get(key)
-        if heap is None:
-            heap = self._heaps[key] = self._entries(cands, self.now, d, shape)
+        got = self._heaps.get(key)
+        if got is None:
+            heap = self._keys(cands, self.now, d, shape)
             heapify(heap)
-        return heap
+            got = self._heaps[key] = (heap, list(self.ver))
+        return got
 
     def earliest(
         self,
@@ -326,25 +376,34 @@ class Timeline:
         dkey = (ck, shape, d, horizon)
         if select is None and k >= self._dead.get(dkey, INF):
             return None
-        heap = self._heap(ck, cands, shape, d)
-        ver, now = self.ver, self.now
-        taken: list[tuple] = []
-        local: list[tuple] = []
+        heap, hv = self._heap(ck, cands, shape, d)
+        tb, _, pb = self._enc
+        sh, pm = tb + pb, (1 << pb) - 1
+        if k == 1 and select is None:
+            # the best entry, left in place (popping and pushing it back is the same)
+            e = self._top(heap, hv, d, shape)
+            if e >= 0 and e >> sh <= horizon:
+                return e >> sh, [e & pm]
+            self._dead[dkey] = min(k, self._dead.get(dkey, INF))
+            return None
+        taken: list[int] = []
+        local: list[int] = []
         active: list[int] = []
-        T = now
+        T = self.now
         result = None
         jump = False
         while True:
             if not jump:
-                e = self._pop(heap, local, taken, d, shape, horizon)
-                if e is None:
+                e = self._pop(heap, hv, local, taken, d, shape, horizon)
+                if e < 0:
                     if retry_at is None or not active or retry_at <= T or retry_at > horizon:
                         break
                     T, retry_at = retry_at, None
                 else:
-                    if e[0] > T:
-                        T = e[0]
-                    active.append(e[2])
+                    s = e >> sh
+                    if s > T:
+                        T = s
+                    active.append(e & pm)
                     if len(active) < k:
                         continue
                     if k == 1 and select is None:
@@ -352,10 +411,10 @@ class Timeline:
                         break
                     if select is not None:  # topology wants every node that fits at T
                         while True:
-                            e = self._pop(heap, local, taken, d, shape, T)
-                            if e is None:
+                            e = self._pop(heap, hv, local, taken, d, shape, T)
+                            if e < 0:
                                 break
-                            active.append(e[2])
+                            active.append(e & pm)
             jump = False
             fitting = []
             redo = []
@@ -372,10 +431,10 @@ class Timeline:
                 if chosen is not None:
                     result = (T, chosen)
                     break
-                nxt = min(heap[0][0] if heap else INF, local[0][0] if local else INF)
+                nxt = min(heap[0] >> sh if heap else INF, local[0] >> sh if local else INF)
                 if retry_at is not None and T < retry_at < nxt and retry_at <= horizon:
                     T, retry_at, jump = retry_at, None, True
-            for r in self._entries(redo, T, d, shape):
+            for r in self._keys(redo, T, d, shape):
                 heappush(local, r)
             active = [f[4] for f in fitting]
         for e in taken:
@@ -384,36 +443,50 @@ class Timeline:
             self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
 
-    def _pop(self, heap: list, local: list, taken: list, d: int, shape: Shape, upto: int):
-        """The next exact entry ``<= upto`` from the shared or the query-local heap."""
+    def _top(self, heap: list, hv: list, d: int, shape: Shape) -> int:
+        """Make the top of a shared heap exact (recompute stale ones); it, or -1."""
         ver, changes = self.ver, self.changes
+        tb, _, pb = self._enc
+        sh, pm = tb + pb, (1 << pb) - 1
         while heap:
             e = heap[0]
-            p = e[2]
-            if e[3] == ver[p]:
-                break
-            s, end = e[0], e[0] + d
-            for t0, t1 in changes[p][e[3]:]:
+            p = e & pm
+            v = ver[p]
+            old = hv[p]
+            if old == v:
+                return e
+            s = e >> sh
+            end = s + d
+            for t0, t1 in changes[p][old:]:
                 if t0 < end and s < t1:
                     break
             else:  # nothing taken inside its window since: still exact
-                heapreplace(heap, (s, e[1], p, ver[p]))
-                break
-            got = self._entries((p,), s, d, shape)  # old value: a lower bound
+                hv[p] = v
+                return e
+            got = self._keys((p,), s, d, shape)  # old value: a lower bound
             if got:
+                hv[p] = v
                 heapreplace(heap, got[0])
             else:
                 heappop(heap)
-        st = heap[0][0] if heap else INF
-        lt = local[0][0] if local else INF
+        return -1
+
+    def _pop(self, heap: list, hv: list, local: list, taken: list, d: int, shape: Shape,
+             upto: int) -> int:
+        """The next exact entry ``<= upto`` from the shared or the query-local heap, or -1."""
+        tb, _, pb = self._enc
+        sh = tb + pb
+        e = self._top(heap, hv, d, shape)
+        st = e >> sh if e >= 0 else INF
+        lt = local[0] >> sh if local else INF
         if st <= lt:
             if st > upto:
-                return None
-            e = heappop(heap)
+                return -1
+            heappop(heap)
             taken.append(e)
             return e
         if lt > upto:
-            return None
+            return -1
         return heappop(local)
 
     def earliest_general(
