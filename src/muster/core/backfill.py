@@ -187,11 +187,21 @@ def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int]
         if excl:
             cpus, gids = n.cpus, mask_gpus(wg)
         else:
-            cpus, gids = c, mask_gpus(wg)[:g]
+            cpus, gids = c, _lowest(wg, g)
         mem = (n.mem if mm == "all" else rq.mem if mm == "node" else rq.mem * cpus if mm == "cpu"
                else rq.mem * len(gids))
         out.append(NodeAlloc(node=n.name, cpus=cpus, mem=mem, gpus=gids, tasks=t))
     return Allocation(job_id=job.job_id, nodes=tuple(out))
+
+
+def _lowest(mask: int, g: int) -> tuple[int, ...]:
+    """The ``g`` lowest GPU indices of ``mask`` (all of them if fewer): ``mask_gpus(mask)[:g]``."""
+    out = []
+    while mask and len(out) < g:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return tuple(out)
 
 
 def _granted(tl: Timeline, alloc: Allocation, job: JobView, part: PartitionView, now: int) -> int:

@@ -71,8 +71,8 @@ class Shape(tuple):
 class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
-    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap", "changes",
-                 "_heaps", "_dead", "_enc")
+    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap",
+                 "_heaps", "_dead", "_enc", "_base", "_mono", "_fits")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
         self.now = now
@@ -94,16 +94,23 @@ class Timeline:
                 self.ms.append([0])
                 self.gs.append([0])
             self.cap.append((n.cpus, n.mem, n.gpus, n.weight))
+        # per node, the number of changes (reserve, block) so far
         self.ver = [0] * len(self.nodes)
-        # per node, the windows taken since the start (version = their count); a cached
-        # fit whose window misses all later ones is still exact
-        self.changes: list[list[tuple[int, int]]] = [[] for _ in self.nodes]
-        self._heaps: dict[tuple, list] = {}
+        # (ck, shape, d) → (heap of int keys, per node the version its key was made at)
+        self._heaps: dict[tuple, tuple[list[int], list[int]]] = {}
         # (ck, shape, d, horizon) → smallest k found not to fit by horizon: the profile
         # only shrinks, so it never will in this cycle
         self._dead: dict[tuple, int] = {}
-        # heap key encoding (tie bits, offset, node bits), fixed at the first search
-        self._enc: tuple[int, int, int] | None = None
+        # heap key encoding (see _encoding), fixed at the first search
+        self._enc: tuple | None = None
+        # shape → node → its heap key from now (None: never fits), for nodes whose
+        # profile is unchanged and never shrinks over time: then it is the same for
+        # every duration (the window's minimum is its first value)
+        self._base: dict[Shape, dict[int, int | None]] = {}
+        self._mono: list[bool] | None = None
+        # shape → node → (version, d, key): its fit for every duration >= d, where
+        # nothing after the window is below the window's minimum
+        self._fits: dict[Shape, dict[int, tuple[int, int, int]]] = {}
 
     @classmethod
     def build(
@@ -161,7 +168,6 @@ class Timeline:
             cs[j] -= cpus
             ms[j] -= mem
             gs[j] &= keep
-        self.changes[p].append((t0, t1))
         self.ver[p] += 1
 
     def block(self, p: int, t0: int, t1: int) -> None:
@@ -176,7 +182,6 @@ class Timeline:
             cs[j] = 0
             ms[j] = 0
             gs[j] = 0
-        self.changes[p].append((t0, t1))
         self.ver[p] += 1
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
@@ -270,24 +275,31 @@ class Timeline:
 
     # ---- earliest start ---------------------------------------------------------------
     #
-    # Heap entries are single ints ``((start << TB) + tie + OFF) << PB | p``: ordered as
-    # the tuple ``(start, tie, p)`` (``tie`` + ``OFF`` always lies in ``[0, 2**TB)``, ``p``
-    # in ``[0, 2**PB)``). The version an entry of a shared heap was computed at is kept
-    # beside the heap, one per node (a node has at most one entry in a heap).
+    # Heap entries are single ints packing ``(start - now, weight rank, free GPUs, free
+    # CPUs, free memory, p)`` (most significant first; field widths from the profile's
+    # largest values, which only shrink after): ordered as the tuple, i.e. by start, then
+    # best fit (least free first), then position. The version an entry of a shared heap
+    # was computed at is kept beside the heap, one per node (a node has at most one entry
+    # in a heap).
 
-    def _encoding(self) -> tuple[int, int, int]:
-        """(TB, OFF, PB), from the profile's largest values (it only shrinks after)."""
+    def _encoding(self) -> tuple:
+        """(start shift, GPU shift, CPU shift, memory shift, per-node low bits)."""
         enc = self._enc
         if enc is None:
-            big = 1
+            mc = mm = mg = 1
             for cp in self.cap:
-                big = max(big, abs(cp[3]), cp[0], cp[1], cp[2])
+                mc, mm, mg = max(mc, cp[0]), max(mm, cp[1]), max(mg, cp[2])
             for p in range(len(self.ts)):
-                big = max(big, max(self.cs[p]), max(self.ms[p]),
-                          max(g.bit_length() for g in self.gs[p]))
-            # |tie| <= (|weight| + gpus + cpus + mem + 1) << 76
-            tb = 77 + (4 * big + 1).bit_length() + 1
-            enc = self._enc = (tb, 1 << (tb - 1), max(1, len(self.ts).bit_length()))
+                mc, mm = max(mc, max(self.cs[p])), max(mm, max(self.ms[p]))
+                mg = max(mg, max(g.bit_length() for g in self.gs[p]))
+            rank = {w: i for i, w in enumerate(sorted({cp[3] for cp in self.cap}))}
+            pb = max(1, len(self.ts).bit_length())
+            s3 = pb + mm.bit_length()
+            s2 = s3 + mc.bit_length()
+            s1 = s2 + mg.bit_length()
+            sh = s1 + max(1, len(rank).bit_length())
+            nb = [rank[cp[3]] << s1 | p for p, cp in enumerate(self.cap)]
+            enc = self._enc = (sh, s2, s3, pb, nb)
         return enc
 
     def _keys(self, ps: Iterable[int], t: int, d: int, shape: Shape) -> list[int]:
@@ -295,7 +307,8 @@ class Timeline:
         fit ``start`` and ``tie`` = (weight, free GPUs, free CPUs, free memory) of the
         window, least free first = best fit. Nodes that never fit are left out."""
         c, m, g, m_all, excl = shape
-        tb, off, pb = self._encoding()
+        sh, s2, s3, pb, nb = self._encoding()
+        now = self.now
         cap, TS, CS, MS, GS = self.cap, self.ts, self.cs, self.ms, self.gs
         out = []
         append = out.append
@@ -333,8 +346,8 @@ class Timeline:
                     mask = nm
                     j += 1
                 if nxt < 0:
-                    tie = (((cp[3] << 8 | mask.bit_count()) << 24 | mc) << 44) | mm
-                    append((((s << tb) + tie + off) << pb) | p)
+                    append((s - now) << sh | mask.bit_count() << s2 | mc << s3 | mm << pb
+                           | nb[p])
                     break
                 i = nxt
         return out
@@ -343,10 +356,50 @@ class Timeline:
         key = (ck, shape, d)
         got = self._heaps.get(key)
         if got is None:
-            heap = self._keys(cands, self.now, d, shape)
+            heap = self._build(cands, d, shape)
             heapify(heap)
             got = self._heaps[key] = (heap, list(self.ver))
         return got
+
+    def _build(self, cands: Sequence[int], d: int, shape: Shape) -> list[int]:
+        """:meth:`_keys` of ``cands`` from now, shared between durations where exact."""
+        base = self._base.get(shape)
+        if base is None:
+            base = self._base[shape] = {}
+        ver, ts, cs, ms, gs = self.ver, self.ts, self.cs, self.ms, self.gs
+        out = []
+        fresh = []
+        for p in cands:
+            if ver[p]:
+                fresh.append(p)
+                continue
+            k = base.get(p, -1)
+            if k is None:
+                continue
+            if k != -1:
+                out.append(k)
+                continue
+            fresh.append(p)
+        got = self._keys(fresh, self.now, d, shape)
+        out += got
+        pm = (1 << self._enc[3]) - 1
+        found = {k & pm: k for k in got}
+        mono = self._mono
+        if mono is None:  # per node: its profile never shrinks over time (as built)
+            mono = self._mono = [False] * len(ts)
+            for p in range(len(ts)):
+                if ver[p]:
+                    continue
+                c, m, g = cs[p], ms[p], gs[p]
+                for j in range(len(c) - 1):
+                    if c[j] > c[j + 1] or m[j] > m[j + 1] or g[j] & ~g[j + 1]:
+                        break
+                else:
+                    mono[p] = True
+        for p in fresh:
+            if not ver[p] and mono[p]:
+                base[p] = found.get(p)
+        return out
 
     def earliest(
         self,
@@ -377,30 +430,31 @@ class Timeline:
         if select is None and k >= self._dead.get(dkey, INF):
             return None
         heap, hv = self._heap(ck, cands, shape, d)
-        tb, _, pb = self._enc
-        sh, pm = tb + pb, (1 << pb) - 1
+        sh, _, _, pb, _ = self._enc
+        pm = (1 << pb) - 1
+        now = self.now
         if k == 1 and select is None:
             # the best entry, left in place (popping and pushing it back is the same)
             e = self._top(heap, hv, d, shape)
-            if e >= 0 and e >> sh <= horizon:
-                return e >> sh, [e & pm]
+            if e is not None and (e >> sh) + now <= horizon:
+                return (e >> sh) + now, [e & pm]
             self._dead[dkey] = min(k, self._dead.get(dkey, INF))
             return None
         taken: list[int] = []
         local: list[int] = []
         active: list[int] = []
-        T = self.now
+        T = now
         result = None
         jump = False
         while True:
             if not jump:
                 e = self._pop(heap, hv, local, taken, d, shape, horizon)
-                if e < 0:
+                if e is None:
                     if retry_at is None or not active or retry_at <= T or retry_at > horizon:
                         break
                     T, retry_at = retry_at, None
                 else:
-                    s = e >> sh
+                    s = (e >> sh) + now
                     if s > T:
                         T = s
                     active.append(e & pm)
@@ -412,7 +466,7 @@ class Timeline:
                     if select is not None:  # topology wants every node that fits at T
                         while True:
                             e = self._pop(heap, hv, local, taken, d, shape, T)
-                            if e < 0:
+                            if e is None:
                                 break
                             active.append(e & pm)
             jump = False
@@ -431,7 +485,8 @@ class Timeline:
                 if chosen is not None:
                     result = (T, chosen)
                     break
-                nxt = min(heap[0] >> sh if heap else INF, local[0] >> sh if local else INF)
+                nxt = min((heap[0] >> sh) + now if heap else INF,
+                          (local[0] >> sh) + now if local else INF)
                 if retry_at is not None and T < retry_at < nxt and retry_at <= horizon:
                     T, retry_at, jump = retry_at, None, True
             for r in self._keys(redo, T, d, shape):
@@ -443,11 +498,21 @@ class Timeline:
             self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
 
-    def _top(self, heap: list, hv: list, d: int, shape: Shape) -> int:
-        """Make the top of a shared heap exact (recompute stale ones); it, or -1."""
-        ver, changes = self.ver, self.changes
-        tb, _, pb = self._enc
-        sh, pm = tb + pb, (1 << pb) - 1
+    def _top(self, heap: list, hv: list, d: int, shape: Shape):
+        """Make the top of a shared heap exact (recompute stale ones); it, or None."""
+        ver = self.ver
+        sh, s2, s3, pb, nb = self._enc
+        pm = (1 << pb) - 1
+        e = heap[0] if heap else None
+        if e is None or hv[e & pm] == ver[e & pm]:
+            return e
+        c, m, g, m_all, excl = shape
+        per_node = excl or m_all
+        now = self.now
+        cap, TS, CS, MS, GS = self.cap, self.ts, self.cs, self.ms, self.gs
+        fits = self._fits.get(shape)
+        if fits is None:
+            fits = self._fits[shape] = {}
         while heap:
             e = heap[0]
             p = e & pm
@@ -455,38 +520,90 @@ class Timeline:
             old = hv[p]
             if old == v:
                 return e
-            s = e >> sh
-            end = s + d
-            for t0, t1 in changes[p][old:]:
-                if t0 < end and s < t1:
+            got = fits.get(p)
+            if got is not None and got[0] == v and got[1] <= d:
+                key = got[2]
+                hv[p] = v
+                if key == e:
+                    return e
+                heapreplace(heap, key)
+                continue
+            t = (e >> sh) + now
+            # recompute from the old start (a lower bound): as _keys((p,), t, d, shape);
+            # when nothing was taken inside its window since, that is the same entry
+            if per_node:
+                cp = cap[p]
+                if excl:
+                    c, m, g = cp[0], cp[1], cp[2]
+                else:
+                    m = cp[1]
+            ts, cs, ms, gs = TS[p], CS[p], MS[p], GS[p]
+            n = len(ts)
+            i = bisect_right(ts, t) - 1
+            key = None
+            while i < n:
+                mc, mm, mask = cs[i], ms[i], gs[i]
+                if mc < c or mm < m or mask.bit_count() < g:
+                    i += 1
+                    continue
+                s = ts[i] if ts[i] > t else t
+                end = s + d
+                j = i + 1
+                nxt = -1
+                while j < n and ts[j] < end:
+                    cj, mj, gj = cs[j], ms[j], gs[j]
+                    if cj < c or mj < m:
+                        nxt = j + 1
+                        break
+                    nm = mask & gj
+                    if nm.bit_count() < g:
+                        nxt = j + 1 if gj.bit_count() < g else i + 1
+                        break
+                    if cj < mc:
+                        mc = cj
+                    if mj < mm:
+                        mm = mj
+                    mask = nm
+                    j += 1
+                if nxt < 0:
+                    key = (s - now) << sh | mask.bit_count() << s2 | mc << s3 | mm << pb | nb[p]
+                    # nothing after the window is below its minimum: the same fit for
+                    # every longer duration (until the node changes)
+                    if got is None or got[0] != v or d < got[1]:
+                        while j < n:
+                            gj = gs[j]
+                            if cs[j] < mc or ms[j] < mm or gj & mask != mask:
+                                break
+                            j += 1
+                        else:
+                            fits[p] = (v, d, key)
                     break
-            else:  # nothing taken inside its window since: still exact
-                hv[p] = v
-                return e
-            got = self._keys((p,), s, d, shape)  # old value: a lower bound
-            if got:
-                hv[p] = v
-                heapreplace(heap, got[0])
-            else:
+                i = nxt
+            if key is None:
                 heappop(heap)
-        return -1
+            else:
+                hv[p] = v
+                if key == e:
+                    return e
+                heapreplace(heap, key)
+        return None
 
     def _pop(self, heap: list, hv: list, local: list, taken: list, d: int, shape: Shape,
-             upto: int) -> int:
-        """The next exact entry ``<= upto`` from the shared or the query-local heap, or -1."""
-        tb, _, pb = self._enc
-        sh = tb + pb
+             upto: int) -> int | None:
+        """The next exact entry ``<= upto`` from the shared or the query-local heap, or None."""
+        sh = self._enc[0]
         e = self._top(heap, hv, d, shape)
-        st = e >> sh if e >= 0 else INF
-        lt = local[0] >> sh if local else INF
+        now = self.now
+        st = INF if e is None else (e >> sh) + now
+        lt = (local[0] >> sh) + now if local else INF
         if st <= lt:
             if st > upto:
-                return -1
+                return None
             heappop(heap)
             taken.append(e)
             return e
         if lt > upto:
-            return -1
+            return None
         return heappop(local)
 
     def earliest_general(
