@@ -130,7 +130,9 @@ def _main() -> int:
               or env.get("SQUEUE_FORMAT2") or opts.get("sort") or env.get("SQUEUE_SORT"))
     structured = opts.get("json") or opts.get("yaml")
     if not custom and not structured:
-        msg["fields"] = LIGHT_FIELDS
+        # the plain default format reads neither the time limit nor SchedNodes (-l, --start do)
+        msg["fields"] = LIGHT_FIELDS if (opts.get("long") or opts.get("start")) else [
+            f for f in LIGHT_FIELDS if f not in ("time_limit", "sched_nodes")]
         msg["rows"] = True
     elif not structured and not (opts.get("Format") or env.get("SQUEUE_FORMAT2") or
                                  opts.get("sort") or env.get("SQUEUE_SORT")):
