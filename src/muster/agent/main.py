@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 import sys
@@ -19,17 +18,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", dest="verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from muster.common.errors import MusterError
+    from muster.common.process import daemon_start
     from muster.config import load
-    from muster.config.locate import find_config_path
-    path = args.conf or find_config_path()
-    if not path:
-        print("musterd: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+    path = daemon_start("musterd", args.conf, args.logfile, args.verbose)
+    if path is None:
         return 1
-    from muster.common.process import raise_fd_limit
-    raise_fd_limit()
-    logging.basicConfig(
-        filename=args.logfile, level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s musterd[%(process)d] %(levelname)s %(message)s")
     try:
         cfg = load(os.path.abspath(path))
     except MusterError as exc:

@@ -13,3 +13,21 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
         except (ValueError, OSError):
             pass
+
+
+def daemon_start(prog: str, conf: str | None, logfile: str | None, verbose: int) -> str | None:
+    """What both daemons do first: find the config (``-f`` or as the commands find it), raise
+    the fd limit, set up logging. Returns the config path, or None after printing why not."""
+    import logging
+    import sys
+
+    from muster.config.locate import find_config_path
+    path = conf or find_config_path()
+    if not path:
+        print(f"{prog}: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+        return None
+    raise_fd_limit()
+    logging.basicConfig(
+        filename=logfile, level=logging.DEBUG if verbose else logging.INFO,
+        format=f"%(asctime)s {prog}[%(process)d] %(levelname)s %(message)s")
+    return path

@@ -86,6 +86,19 @@ def fmt_duration(seconds: int | None) -> str:
 
     ``None`` → ``UNLIMITED``; a negative value → ``INVALID``.
     """
+    parts = _split_duration(seconds)
+    if isinstance(parts, str):
+        return parts
+    days, hours, minutes, secs = parts
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def _split_duration(seconds: int | None) -> tuple[int, int, int, int] | str:
+    """(days, hours, minutes, seconds), or the word shown instead (UNLIMITED, INVALID)."""
     if seconds is None:
         return "UNLIMITED"
     seconds = int(seconds)
@@ -94,11 +107,7 @@ def fmt_duration(seconds: int | None) -> str:
     days, rem = divmod(seconds, 86400)
     hours, rem = divmod(rem, 3600)
     minutes, secs = divmod(rem, 60)
-    if days:
-        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
-    if hours:
-        return f"{hours}:{minutes:02d}:{secs:02d}"
-    return f"{minutes}:{secs:02d}"
+    return days, hours, minutes, secs
 
 
 def fmt_limit(minutes: int | None, unlimited: str = "UNLIMITED") -> str:
@@ -113,14 +122,10 @@ def fmt_duration_long(seconds: int | None) -> str:
 
     ``None`` → ``UNLIMITED``; a negative value → ``INVALID``.
     """
-    if seconds is None:
-        return "UNLIMITED"
-    seconds = int(seconds)
-    if seconds < 0:
-        return "INVALID"
-    days, rem = divmod(seconds, 86400)
-    hours, rem = divmod(rem, 3600)
-    minutes, secs = divmod(rem, 60)
+    parts = _split_duration(seconds)
+    if isinstance(parts, str):
+        return parts
+    days, hours, minutes, secs = parts
     if days:
         return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
     return f"{hours:02d}:{minutes:02d}:{secs:02d}"

@@ -17,17 +17,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", dest="verbose", action="count", default=0)
     args = ap.parse_args(argv)
     from muster.common.errors import MusterError
+    from muster.common.process import daemon_start
     from muster.config import load
-    from muster.config.locate import find_config_path
-    path = args.conf or find_config_path()
-    if not path:
-        print("musterctld: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
+    path = daemon_start("musterctld", args.conf, args.logfile, args.verbose)
+    if path is None:
         return 1
-    from muster.common.process import raise_fd_limit
-    raise_fd_limit()
-    logging.basicConfig(
-        filename=args.logfile, level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s musterctld[%(process)d] %(levelname)s %(message)s")
     try:
         cfg = load(os.path.abspath(path))
         for w in cfg.warnings:
