@@ -100,8 +100,14 @@ class Cluster:
             kw = {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": [],
                   "umask": 0o022}
             e.update({"HOME": pw.pw_dir, "USER": user, "LOGNAME": user})
-        cp = subprocess.run(argv, capture_output=True, text=isinstance(input, str) or input is None,
-                            input=input, cwd=cwd, env=e, timeout=timeout, **kw)
+        try:
+            cp = subprocess.run(argv, capture_output=True, input=input, cwd=cwd, env=e,
+                                text=isinstance(input, str) or input is None, timeout=timeout, **kw)
+        except subprocess.TimeoutExpired as exc:
+            # pytest truncates the exception's repr; keep the whole tail so a hang can be diagnosed.
+            def tail(b): return (b.decode(errors="replace") if isinstance(b, bytes) else b or "")[-6000:]
+            raise AssertionError(f"{argv!r} did not finish in {timeout}s\n--- stdout ---\n"
+                                 f"{tail(exc.stdout)}\n--- stderr ---\n{tail(exc.stderr)}") from None
         return Result(cp)
 
     def sbatch(self, *args: str, user: str | None = None, cwd: str | None = None,
