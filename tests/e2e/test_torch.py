@@ -55,10 +55,16 @@ def test_ddp_gloo_sbatch_then_srun(cluster, workdir):
 def test_torchrun_once_per_node(cluster, workdir, mode):
     """``srun --ntasks-per-node=1 torchrun ...``: torchrun on each node starts 2 workers.
     ``c10d``: dynamic rendezvous at the step's MASTER_ADDR:MASTER_PORT; ``static``: fixed
-    ``--node-rank=$SLURM_NODEID`` with ``--master-addr/--master-port``."""
+    ``--node-rank=$SLURM_NODEID`` with ``--master-addr/--master-port``.
+
+    c10d: torchrun hosts the rendezvous store on the agent whose machine "matches" the
+    endpoint. On a real cluster that is only node 0; here every emulated node is this machine,
+    so both agents would try to host it and race (an intermittent hang was seen). ``is_host``
+    says explicitly what the hostname test says on real hardware: node 0 hosts."""
     if mode == "c10d":
         launch = ("--rdzv-backend=c10d --rdzv-id=$SLURM_JOB_ID "
-                  "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT")
+                  "--rdzv-endpoint=$MASTER_ADDR:$MASTER_PORT "
+                  "--rdzv-conf=is_host=$([ $SLURM_NODEID = 0 ] && echo true || echo false)")
     else:
         launch = "--node-rank=$SLURM_NODEID --master-addr=$MASTER_ADDR --master-port=$MASTER_PORT"
     cmd = f"exec torchrun --nnodes=2 --nproc-per-node=2 {launch} {DDP}"
