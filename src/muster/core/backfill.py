@@ -142,7 +142,10 @@ class _Planner:
         return ck, got
 
     def find(self, job: JobView, rq: Request, ck: tuple, cands: list[int], d: int,
-             horizon: int, cfg: SchedConfig) -> tuple[int, Allocation] | None:
+             horizon: int, cfg: SchedConfig) -> tuple[int, Callable[[], Allocation]] | None:
+        """Earliest start ``T`` and a function that builds the allocation at ``T``: call it
+        before the profile changes. Most answers are only an expected start (never
+        allocated), so the allocation is not built for them."""
         tl = self.tl
         shaped = None if job.req_nodes else plan_shape(rq, self.maxn[ck])
         if shaped is None:
@@ -150,7 +153,8 @@ class _Planner:
                 pos = tl.pos
                 if not all(pos.get(nm) in set(cands) for nm in job.req_nodes):
                     return None
-            return tl.earliest_general(job, rq, cands, d, horizon)
+            got = tl.earliest_general(job, rq, cands, d, horizon)
+            return None if got is None else (got[0], lambda: got[1])
         shape, k = shaped
         select = retry = None
         if k > 1 and self.topo is not None:
@@ -167,7 +171,7 @@ class _Planner:
         if got is None:
             return None
         T, ps = got
-        return T, _direct(job, rq, shape, tl, sorted(ps), T, d)
+        return T, lambda: _direct(job, rq, shape, tl, sorted(ps), T, d)
 
 
 def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int], T: int,
@@ -306,7 +310,7 @@ def run(
             found = planner.find(job, rq, ck, cands, d, hz, cfg)
             if found is None or found[0] != now:
                 break
-            alloc = found[1]
+            alloc = found[1]()
             ptl = planner.tl
             run_limit = None
             if job.time_min:
@@ -342,9 +346,10 @@ def run(
                 hv += 1
         if found is None or not backfill:
             continue
-        T, alloc = found
+        T, make = found
         res.expected[jid] = T
         if (depth is None or reserved < depth) and not limits.no_reserve(job):
+            alloc = make()
             end = T + -(-d // resolution) * resolution
             planner.tl.commit(alloc, T, end)
             res.sched_nodes[jid] = alloc.node_names

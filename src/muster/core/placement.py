@@ -121,8 +121,28 @@ def _set(v: int | None) -> int | None:
     return v if v is not None and v > 0 else None
 
 
+# job_id → (job, cfg, request): the last normalisation of that very JobView under that very
+# config. A hit needs both objects to be the same (``is``), and the memo holds them, so an
+# id cannot be reused while its entry lives: a pure function's cache, it changes no answer.
+# Shells that keep a job's JobView across cycles (the simulator; the controller for jobs
+# that did not change) skip re-normalising every pending job on every pass.
+_MEMO: dict[int, tuple[JobView, SchedConfig, Request]] = {}
+_MEMO_MAX = 100_000
+
+
 def request_of(job: JobView, cfg: SchedConfig) -> Request:
     """Normalise ``job`` under ``cfg`` (defaults for memory, task counts, GPU mode)."""
+    got = _MEMO.get(job.job_id)
+    if got is not None and got[0] is job and got[1] is cfg:
+        return got[2]
+    rq = _normalise(job, cfg)
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[job.job_id] = (job, cfg, rq)
+    return rq
+
+
+def _normalise(job: JobView, cfg: SchedConfig) -> Request:
     cpt = max(1, job.cpus_per_task)
     lo = max(1, job.nodes_min)
     hi = job.nodes_max

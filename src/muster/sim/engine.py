@@ -262,6 +262,11 @@ class Simulator:
         pending: dict[int, TraceJob] = {}
         sizes: list[tuple[int, int]] = []  # (size, job_id) of pending jobs, for backfill
         pending_gpu_jobs = 0
+        # False while no job has ended since the last core call; then a waiting job after
+        # the reservations that the core could not start then cannot start now
+        retest = True
+        fresh: list[int] = []  # this instant's arrivals
+        exact_memo = self.depth is not None and self.depth > 0 and not cfg.max_jobs_to_start
         running_views: dict[int, object] = {}
         heap: list[tuple[int, int]] = []  # (end time, job id)
         depth = self.depth
@@ -333,8 +338,11 @@ class Simulator:
                         break
             else:
                 return tuple(out) if any_fit else None
-            hi = bisect_right(sizes, ((free_g if gpu else free_c), 1 << 62))
-            later = sorted(jid for _, jid in sizes[:hi] if jid > last and fits(pending[jid]))
+            if freed or retest:
+                hi = bisect_right(sizes, ((free_g if gpu else free_c), 1 << 62))
+                later = sorted(jid for _, jid in sizes[:hi] if jid > last and fits(pending[jid]))
+            else:  # only this instant's arrivals can start (module doc)
+                later = sorted(jid for jid in fresh if jid > last and fits(pending[jid]))
             if not later and not any_fit:
                 return None
             out.extend(views[j] for j in later)
@@ -366,18 +374,20 @@ class Simulator:
                 free_c += rec.num_cpus
                 free_g += tj.gpus
                 running_views.pop(jid, None)
-                freed = dirty = True
+                freed = dirty = retest = True
                 events += 1
                 done += 1
                 if progress is not None and done % tick == 0:
                     progress(done, n)
             new_fit = False
+            fresh.clear()
             while nxt < n and jobs[nxt].submit == t:
                 tj = jobs[nxt]
                 nxt += 1
                 events += 1
                 records[tj.job_id] = _new_job(tj)
                 pending[tj.job_id] = tj
+                fresh.append(tj.job_id)
                 if depth != 0:
                     insort(sizes, (size_of(tj), tj.job_id))
                 if tj.gpus:
@@ -398,6 +408,7 @@ class Simulator:
                 plan = core(snap, cfg)
                 core_s += _time.perf_counter() - c0
                 core_calls += 1
+                retest = not exact_memo
                 for st in plan.starts:
                     jid = st.job_id
                     tj = pending.pop(jid, None)
