@@ -463,7 +463,7 @@ class Accounts:
         return out
 
     def _track(self, j) -> None:
-        if j.holds_resources and j.alloc and not j.completing and j.start_time:
+        if j.holds_resources and j.alloc and not j.completing and j.start_time is not None:
             if j.job_id not in self.tracked:
                 cpus = sum(a["cpus"] for a in j.alloc)
                 mem = sum(a["mem"] for a in j.alloc)

@@ -223,12 +223,13 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
     running = []
     for j in state.jobs.values():
         if j.holds_resources and j.alloc:
+            began = j.start_time if j.start_time is not None else t  # 0 is a time (sim)
             running.append(RunningView(
                 job_id=j.job_id, partition=j.partition,
                 nodes=tuple(NodeAlloc(a["node"], a["cpus"], a["mem"], tuple(a["gpus"]),
                                       a.get("tasks", 1)) for a in j.alloc),
-                start_time=j.start_time or t,
-                end_time=(j.start_time or t) + 60 * j.time_limit if j.time_limit is not None
+                start_time=began,
+                end_time=began + 60 * j.time_limit if j.time_limit is not None
                 and j.state == RUNNING else (t if j.completing else None),
                 priority=j.priority, user=j.user, account=j.account, qos=j.qos,
                 requeue=j.requeue))

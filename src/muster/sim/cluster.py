@@ -12,7 +12,7 @@ Memory is simulated only when the trace records it (Alibaba). Otherwise every no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from muster.core import NodeView, PartitionView, SchedConfig
 
@@ -53,9 +53,9 @@ class SimCluster:
 
 
 def _node(i: int, name: str, cpus: int, mem: int | None, gpus: int, gtype: str | None,
-          weight: int = 1) -> NodeView:
+          weight: int = 1, partition: str = PARTITION) -> NodeView:
     mem = cpus if mem is None else mem
-    return NodeView(name=name, index=i, partitions=frozenset({PARTITION}), cpus=cpus,
+    return NodeView(name=name, index=i, partitions=frozenset({partition}), cpus=cpus,
                     cpus_free=cpus, mem=mem, mem_free=mem, gpus=gpus,
                     gpus_free=tuple(range(gpus)), gpu_type=gtype, weight=weight)
 
@@ -92,22 +92,27 @@ def from_config(path: str, *, partition: str | None = None, trace_mem: bool = Fa
     if pc is None:
         raise ValueError(f"{path}: no partition {partition!r}" if partition else
                          f"{path}: no partition defined")
+    # the controller's own reading of the file: node order, partition, scheduling settings
+    from muster.controller.scheduling import partition_views, sched_config
+
+    order = cfg.node_order()
     ns = []
-    for i, name in enumerate(pc.nodes):
+    for name in pc.nodes:
         nc = cfg.nodes[name]
         gpus, gtype = 0, None
         for g in nc.gres:
             if g.name == "gpu":
                 gpus += g.count
                 gtype = gtype or g.type
-        ns.append(_node(i, name, nc.cpus, nc.real_memory if trace_mem else None, gpus, gtype,
-                        nc.weight))
-    sched = SchedConfig()
-    if trace_mem:
-        sched = SchedConfig(def_mem_per_cpu=cfg.def_mem_per_cpu or None,
-                            def_mem_per_node=cfg.def_mem_per_node or None,
-                            def_mem_per_gpu=cfg.def_mem_per_gpu or None)
-    return _make(ns, trace_mem, f"{path}, partition {pc.name}", sched, pc.max_time)
+        ns.append(_node(order[name], name, nc.cpus, nc.real_memory if trace_mem else None,
+                        gpus, gtype, nc.weight, pc.name))
+    ns.sort(key=lambda n: n.index)
+    sched = sched_config(cfg)
+    if not trace_mem:  # every job asks 1 MB per CPU of nodes with 1 MB per CPU (module doc)
+        sched = replace(sched, def_mem_per_cpu=None, def_mem_per_node=None, def_mem_per_gpu=None)
+    part = replace(partition_views(cfg)[pc.name], node_names=tuple(n.name for n in ns))
+    return SimCluster(nodes=tuple(ns), partition=part, sched=sched, mem_simulated=trace_mem,
+                      source=f"{path}, partition {pc.name}")
 
 
 def peak_gpu_demand(jobs: list[TraceJob]) -> int:

@@ -49,7 +49,7 @@ from muster.core import snapshot as _core_snapshot
 from muster.lifecycle import job as lifecycle
 from muster.model.job import PENDING, Job
 
-from .cluster import PARTITION, SimCluster
+from .cluster import SimCluster
 from .traces import TraceJob
 
 __all__ = ["POLICIES", "BackfillUnavailable", "SimError", "SimResult", "Simulator",
@@ -144,6 +144,7 @@ class SimResult:
     gpu_free_partial: float = 0.0     # ∫ free GPUs on partially used nodes
     gpu_free_total: float = 0.0       # ∫ free GPUs
     states: dict[str, int] = field(default_factory=dict)
+    nodes: list[tuple[str, ...]] = field(default_factory=list)  # aligned with jobs: where each ran
 
 
 def _new_job(tj: TraceJob) -> Job:
@@ -202,7 +203,7 @@ class Simulator:
             mem_kw["mem_per_cpu"] = 1
         limit = None if tj.limit is None else -(-tj.limit // 60)
         common = dict(job_id=tj.job_id, priority=1, submit_time=tj.submit,
-                      partitions=(PARTITION,), time_limit=limit, gpu_type=tj.gpu_type, **mem_kw)
+                      partitions=(self.cluster.partition.name,), time_limit=limit, gpu_type=tj.gpu_type, **mem_kw)
         if tj.mem is not None:  # a pod (Alibaba): one node, its CPUs and GPUs
             return JobView(nodes_min=1, nodes_max=1, cpus_per_task=max(1, tj.cpus),
                            gpus_per_node=tj.gpus, **common)
@@ -245,6 +246,7 @@ class Simulator:
         start = [-1] * n
         end = [-1] * n
         killed = [False] * n
+        ran_on: list[tuple[str, ...]] = [()] * n
         records: dict[int, Job] = {}
         views = self.views
         cfg = self.cfg
@@ -435,6 +437,7 @@ class Simulator:
                     free_g -= tj.gpus
                     i = pos[jid]
                     start[i] = t
+                    ran_on[i] = tuple(a["node"] for a in alloc)
                     stop = t + tj.run
                     if rec.end_time is not None and stop > rec.end_time:
                         stop = rec.end_time
@@ -450,7 +453,7 @@ class Simulator:
                                f"{next(iter(pending.values()))})")
 
         states: dict[str, int] = {}
-        res = SimResult(jobs=jobs, start=start, end=end, killed=killed, skipped=self.skipped,
+        res = SimResult(jobs=jobs, start=start, end=end, killed=killed, nodes=ran_on, skipped=self.skipped,
                         cluster=self.cluster, policy=self.policy,
                         wall_s=_time.perf_counter() - t_wall + self.setup_s, core_calls=core_calls,
                         core_s=core_s, events=events, series=series,

@@ -1,0 +1,187 @@
+"""The simulator and the live controller make the same decisions for the same events.
+
+The controller side is the real :class:`muster.controller.server.Controller` in this process:
+its SQLite store, the ``submit`` request handler, ``schedule_once`` (snapshot → core → plan
+applied and committed) and ``job_ended`` (the agent's end report). Only two things differ from
+a running daemon: its clock is virtual (``now()`` returns the event time), and there are no
+agents connected, so launch messages wait in the controller's outbox (nothing runs; the test
+reports each job's end at ``start + min(run, limit)`` as an agent would). A scheduling pass runs
+after every event instant, as the daemon's wake-up does.
+
+The simulator replays the same jobs from the same slurm.conf. For every random cluster,
+workload and policy the two must start every job at the same second on the same nodes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import shutil
+import tempfile
+from contextlib import ExitStack
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from muster.common import auth
+from muster.config import load
+from muster.controller import handlers, server
+from muster.controller import state as state_mod
+from muster.controller.scheduling import job_view
+from muster.model.job import PENDING
+from muster.sim.cluster import from_config
+from muster.sim.engine import POLICIES, Simulator
+from muster.sim.traces import TraceJob
+from muster.store.sqlite import SqliteStore
+
+# one slurm.conf per policy: the simulator's --policy shorthand, spelled as an admin would
+SCHED_LINES = {
+    "fifo": "SchedulerType=sched/builtin",
+    "easy": "SchedulerType=sched/backfill\n"
+            "SchedulerParameters=bf_depth=1,bf_window=10512000,bf_max_job_test=0",
+    "conservative": "SchedulerType=sched/backfill\n"
+                    "SchedulerParameters=bf_window=10512000,bf_max_job_test=0",
+}
+
+
+def write_conf(d: str, nodes: list[tuple[int, int]], policy: str, extra: str = "") -> str:
+    lines = [f"ClusterName=simcheck", f"SlurmctldHost=localhost", f"StateSaveLocation={d}",
+             "FirstJobId=1", "GresTypes=gpu", SCHED_LINES[policy]]
+    for i, (cpus, gpus) in enumerate(nodes):
+        gres = f" Gres=gpu:{gpus}" if gpus else ""
+        lines.append(f"NodeName=n{i} CPUs={cpus} RealMemory={cpus}{gres}")
+    lines.append("PartitionName=sim Nodes=ALL Default=YES MaxTime=UNLIMITED State=UP")
+    if extra:
+        lines.append(extra)
+    path = os.path.join(d, "slurm.conf")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return path
+
+
+def submit_request(tj: TraceJob, gpn: int) -> dict:
+    """What a user would pass to sbatch for this trace job, the way the simulator reads it
+    (muster.sim.engine.Simulator._view): CPUs as tasks, 1 MB per CPU, GPUs in total or as
+    whole nodes, the limit rounded up to minutes."""
+    req = {"mem_per_cpu": 1, "time_limit": -(-tj.limit // 60), "work_dir": "/tmp",
+           "name": f"t{tj.job_id}"}
+    if tj.gpus and gpn and tj.gpus >= gpn and tj.gpus % gpn == 0 and tj.cpus <= 1:
+        req.update(nodes_min=tj.gpus // gpn, gres=[{"name": "gpu", "count": gpn}])
+    elif tj.gpus and gpn and tj.gpus > gpn and tj.cpus <= 1:
+        req.update(gpus={"count": tj.gpus})
+    elif tj.gpus:
+        req.update(ntasks=max(1, tj.cpus), gpus={"count": tj.gpus})
+    else:
+        req.update(ntasks=tj.cpus)
+    return req
+
+
+def run_controller(conf: str, jobs: list[TraceJob], uid_of) -> dict[int, tuple[int, tuple]]:
+    """Drive the real controller through the trace; job id → (start time, node names)."""
+    cfg = load(conf)
+    auth.generate_key(cfg.key_path)
+    clock = [jobs[0].submit]
+    out: dict[int, tuple[int, tuple]] = {}
+    with ExitStack() as stack:
+        for mod in (state_mod, server, handlers):
+            stack.enter_context(mock.patch.object(mod, "now", lambda: clock[0]))
+        store = SqliteStore(cfg.db_path)
+        stack.callback(store.close)
+        ctl = server.Controller(cfg, store)
+        for n in ctl.state.nodes.values():  # as after every agent registered
+            n.connected = n.registered = True
+        gpn = max((len(n.gpu_indices) for n in ctl.state.nodes.values()), default=0)
+        ends: list[tuple[int, int]] = []
+        by_id = {tj.job_id: tj for tj in jobs}
+        waiting: set[int] = set()
+        nxt = 0
+        while nxt < len(jobs) or ends:
+            t = min(ends[0][0] if ends else 1 << 62,
+                    jobs[nxt].submit if nxt < len(jobs) else 1 << 62)
+            clock[0] = t
+            while ends and ends[0][0] == t:
+                _, jid = heapq.heappop(ends)
+                job = ctl.state.jobs[jid]
+                tj = by_id[jid]
+                killed = tj.run > 60 * job.time_limit
+                ctl.job_ended(job.batch_host, {
+                    "job_id": jid, "run": job.restarts, "exit_code": 0,
+                    "signal": 9 if killed else 0, "timed_out": killed, "end_time": t})
+            while nxt < len(jobs) and jobs[nxt].submit == t:
+                tj = jobs[nxt]
+                nxt += 1
+                uid = uid_of(tj)
+                got = handlers.submit(ctl, {"job": submit_request(tj, gpn),
+                                            "script": "#!/bin/sh\ntrue\n", "env": {}}, uid, uid)
+                assert got["job_id"] == tj.job_id
+                waiting.add(tj.job_id)
+            ctl.schedule_once()
+            for jid in sorted(waiting):
+                job = ctl.state.jobs[jid]
+                if job.state != PENDING:
+                    assert job.state == "RUNNING", (jid, job.state)
+                    waiting.discard(jid)
+                    out[jid] = (t, tuple(a["node"] for a in job.alloc))
+                    stop = t + min(by_id[jid].run, 60 * job.time_limit)
+                    heapq.heappush(ends, (stop, jid))
+        assert not waiting, f"jobs never started: {sorted(waiting)}"
+    return out
+
+
+def run_sim(conf: str, jobs: list[TraceJob], policy: str) -> dict[int, tuple[int, tuple]]:
+    res = Simulator(from_config(conf), jobs, policy).run()
+    assert not res.skipped
+    return {tj.job_id: (s, nodes) for tj, s, nodes in zip(res.jobs, res.start, res.nodes)}
+
+
+@st.composite
+def workloads(draw, max_jobs=14):
+    gpus = draw(st.sampled_from([0, 0, 2, 4]))
+    nodes = [(draw(st.sampled_from([2, 4, 8])), gpus) for _ in range(draw(st.integers(1, 4)))]
+    max_cpus = max(c for c, _ in nodes)
+    n = draw(st.integers(1, max_jobs))
+    t, jobs = 0, []
+    for i in range(1, n + 1):
+        t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
+        run = draw(st.integers(1, 900))
+        limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
+        g = draw(st.sampled_from([0, 1, gpus, 2 * gpus])) if gpus else 0
+        g = min(g, gpus * len(nodes))
+        cpus = draw(st.integers(1, max_cpus))
+        if g > gpus:  # a multi-node GPU job: one task per node, as the simulator sizes it
+            cpus = 1
+        jobs.append(TraceJob(i, t, run, limit, cpus, g, user=f"u{i % 3}"))
+    return nodes, jobs
+
+
+def check_same(work, policy):
+    nodes, jobs = work
+    d = tempfile.mkdtemp(prefix="muster-simcheck-")
+    try:
+        conf = write_conf(d, nodes, policy)
+        # jobs the machine can never hold: the simulator skips them, sbatch refuses them
+        kept = Simulator(from_config(conf), jobs, policy).jobs
+        if not kept:
+            return
+        jobs = [TraceJob(i, j.submit, j.run, j.limit, j.cpus, j.gpus, user=j.user)
+                for i, j in enumerate(kept, 1)]
+        sim = run_sim(conf, jobs, policy)
+        live = run_controller(conf, jobs, lambda tj: os.getuid())
+        assert live == sim
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(workloads(), st.sampled_from(sorted(POLICIES)))
+def test_simulator_and_controller_decide_the_same(work, policy):
+    check_same(work, policy)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(max_jobs=45), st.sampled_from(sorted(POLICIES)))
+def test_same_decisions_with_long_queues(work, policy):
+    """Queues long enough for the simulator's pruning (reservation holders, later jobs that
+    fit, arrival-only passes) to matter."""
+    check_same(work, policy)
