@@ -52,11 +52,10 @@ def speed(policies: list[str], path: str = CTC) -> list[dict]:
 
 
 def validate(seed: int = 0) -> None:
-    from muster.sim import backfill_available
     from muster.sim.replay import MachineSpec, random_starts, replay_trace
     from muster.sim.traces import read_trace
 
-    pols = ["fifo"] + (["easy"] if backfill_available() else [])
+    pols = ["fifo", "easy"]
     published = {"lublin_256": (7273.77, 235.82), "lublin_256_new2": (7842.47, 247.61),
                  "HPC2N-2002-2.2-cln": (297.18, 127.38)}
     print("| trace | policy | Muster mean bsld (10 × 1,024 jobs, seed %d) | RLScheduler | ratio |" % seed)
@@ -111,9 +110,7 @@ def main() -> None:
     if a.profile:
         profile(a.profile)
         return
-    from muster.sim import backfill_available
-    pols = a.policies.split(",") if a.policies else (
-        ["fifo", "easy", "conservative"] if backfill_available() else ["fifo"])
+    pols = a.policies.split(",") if a.policies else ["fifo", "easy", "conservative"]
     speed(pols)
 
 

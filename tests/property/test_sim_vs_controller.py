@@ -46,8 +46,9 @@ SCHED_LINES = {
 
 
 def write_conf(d: str, nodes: list[tuple[int, int]], policy: str, extra: str = "") -> str:
-    lines = [f"ClusterName=simcheck", f"SlurmctldHost=localhost", f"StateSaveLocation={d}",
-             "FirstJobId=1", "GresTypes=gpu", SCHED_LINES[policy]]
+    """``extra``: scheduling lines of the file itself (policy "config")."""
+    lines = ["ClusterName=simcheck", "SlurmctldHost=localhost", f"StateSaveLocation={d}",
+             "FirstJobId=1", "GresTypes=gpu", SCHED_LINES.get(policy, "")]
     for i, (cpus, gpus) in enumerate(nodes):
         gres = f" Gres=gpu:{gpus}" if gpus else ""
         lines.append(f"NodeName=n{i} CPUs={cpus} RealMemory={cpus}{gres}")
@@ -155,33 +156,72 @@ def workloads(draw, max_jobs=14):
     return nodes, jobs
 
 
-def check_same(work, policy):
+@st.composite
+def site_settings(draw):
+    """A slurm.conf's own scheduling settings (``--policy config``): any backfill depth, a
+    window and test budget that bind, multifactor weights, fair-share with decay."""
+    lines = []
+    if draw(st.booleans()):
+        params = [f"bf_window={draw(st.sampled_from([1, 5, 30, 1440]))}",
+                  f"bf_max_job_test={draw(st.sampled_from([0, 1, 3, 500]))}",
+                  f"bf_resolution={draw(st.sampled_from([1, 60, 300]))}"]
+        depth = draw(st.sampled_from([None, 1, 2]))
+        if depth:
+            params.append(f"bf_depth={depth}")
+        lines += ["SchedulerType=sched/backfill", "SchedulerParameters=" + ",".join(params)]
+    else:
+        lines.append("SchedulerType=sched/builtin")
+    weights = {k: draw(st.sampled_from([0, 0, 100, 10000]))
+               for k in ("Age", "Fairshare", "JobSize")}
+    lines.append("PriorityType=priority/multifactor")
+    lines += [f"PriorityWeight{k}={v}" for k, v in weights.items()]
+    lines.append(f"PriorityMaxAge={draw(st.sampled_from(['00:01:00', '00:10:00', '7-0']))}")
+    lines.append(f"PriorityDecayHalfLife={draw(st.sampled_from(['0', '00:05:00', '7-0']))}")
+    if draw(st.booleans()):
+        lines.append("PriorityFavorSmall=YES")
+    return "\n".join(lines)
+
+
+def check_same(work, policy, settings_text: str = ""):
     nodes, jobs = work
     d = tempfile.mkdtemp(prefix="muster-simcheck-")
     try:
-        conf = write_conf(d, nodes, policy)
+        conf = write_conf(d, nodes, policy, settings_text)
         # jobs the machine can never hold: the simulator skips them, sbatch refuses them
         kept = Simulator(from_config(conf), jobs, policy).jobs
         if not kept:
             return
-        jobs = [TraceJob(i, j.submit, j.run, j.limit, j.cpus, j.gpus, user=j.user)
+        # users are uids without a passwd entry: the controller names them by number
+        jobs = [TraceJob(i, j.submit, j.run, j.limit, j.cpus, j.gpus,
+                         user=str(60000 + int(j.user[1:])))
                 for i, j in enumerate(kept, 1)]
         sim = run_sim(conf, jobs, policy)
-        live = run_controller(conf, jobs, lambda tj: os.getuid())
+        live = run_controller(conf, jobs, lambda tj: int(tj.user))
         assert live == sim
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
 
+SHORTHANDS = sorted(SCHED_LINES)
+
+
 @settings(max_examples=300, deadline=None)
-@given(workloads(), st.sampled_from(sorted(POLICIES)))
+@given(workloads(), st.sampled_from(SHORTHANDS))
 def test_simulator_and_controller_decide_the_same(work, policy):
     check_same(work, policy)
 
 
 @settings(max_examples=150, deadline=None)
-@given(workloads(max_jobs=45), st.sampled_from(sorted(POLICIES)))
+@given(workloads(max_jobs=45), st.sampled_from(SHORTHANDS))
 def test_same_decisions_with_long_queues(work, policy):
     """Queues long enough for the simulator's pruning (reservation holders, later jobs that
     fit, arrival-only passes) to matter."""
     check_same(work, policy)
+
+
+@settings(max_examples=200, deadline=None)
+@given(workloads(max_jobs=30), site_settings())
+def test_same_decisions_under_the_sites_own_settings(work, text):
+    """``--policy config``: multifactor priority (age, job size, fair-share of three users
+    with usage decay) and backfill with a binding window and test budget, as the file says."""
+    check_same(work, "config", text)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from muster.sim.cluster import from_flags
-from muster.sim.engine import Simulator, backfill_available
+from muster.sim.engine import Simulator
 from muster.sim.metrics import compute
 from muster.sim.traces import TraceJob
 
@@ -42,7 +42,7 @@ def _check(res, total_cpus, total_gpus=0):
         assert c <= total_cpus and g <= total_gpus
 
 
-POLICIES = ["fifo"] + (["easy", "conservative"] if backfill_available() else [])
+POLICIES = ["fifo", "easy", "conservative"]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -129,7 +129,6 @@ def test_fifo_is_the_same_on_one_cpu_nodes():
     assert a.start == b.start
 
 
-@pytest.mark.skipif(not backfill_available(), reason="core has no backfill")
 def test_easy_backfills_a_short_job_past_a_waiting_wide_one():
     cl = from_flags(1, 4)
     jobs = [TraceJob(1, 0, 600, 600, 2), TraceJob(2, 1, 60, 600, 4), TraceJob(3, 2, 60, 60, 2)]

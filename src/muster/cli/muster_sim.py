@@ -33,9 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--cpus-per-node", type=int)
     m.add_argument("--gpus-per-node", type=int)
     m.add_argument("--gpu-type")
-    ap.add_argument("--policy", choices=["fifo", "easy", "conservative"], default="fifo",
+    ap.add_argument("--policy", choices=["fifo", "easy", "conservative", "config"],
                     help="fifo = main scheduler, no backfill; easy = backfill with one "
-                         "reservation; conservative = a reservation for every job")
+                         "reservation; conservative = a reservation for every job (no window, "
+                         "every job tested); config = the --config file's own SchedulerType "
+                         "and SchedulerParameters. Priority weights and fair-share always come "
+                         "from --config. Default: config with --config, else fifo")
     w = ap.add_argument_group("window")
     w.add_argument("--start-job", type=int, default=0,
                    help="index (0-based, submit order) of the first job to replay")
@@ -96,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     if (args.cpus_per_node or args.gpus_per_node is not None) and args.nodes is None \
             and args.config is None and not args.trace.endswith((".swf", ".swf.gz")):
         raise _fail("--cpus-per-node/--gpus-per-node need --nodes for GPU traces")
-    if args.policy != "fifo" and not sim.backfill_available():
-        raise _fail(f"--policy {args.policy}: this build's scheduling core has no backfill "
-                    "yet; use --policy fifo")
+    if args.policy is None:
+        args.policy = "config" if args.config else "fifo"
+    if args.policy == "config" and not args.config:
+        raise _fail("--policy config needs --config FILE")
     machine = rp.MachineSpec(config=args.config, partition=args.partition, nodes=args.nodes,
                              cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node,
                              gpu_type=args.gpu_type)

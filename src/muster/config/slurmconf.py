@@ -700,6 +700,10 @@ def _p_time(ctx: _Ctx, key: str, value: str) -> int | None:
 
 
 def _p_time_sec(ctx: _Ctx, key: str, value: str) -> int:
+    """A duration in seconds. A bare 0 is zero (PriorityDecayHalfLife=0: no decay), not
+    the UNLIMITED that 0 means for a job's time limit."""
+    if value.strip() == "0":
+        return 0
     minutes = _p_time(ctx, key, value)
     if minutes is None:
         raise ctx.bad(key, value, "UNLIMITED not allowed")

@@ -236,15 +236,10 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
     extra = {}
     acc = getattr(state, "accounts", None)
     if acc is not None and hasattr(acc, "observe"):
-        acc.observe(state.jobs, t)  # usage of jobs that ended since the last pass
-        assocs = acc.assoc_views(t)
         cfg = state.__dict__.get("_sched_cfg")
         if cfg is None:
             cfg = state.__dict__["_sched_cfg"] = sched_config(state.cfg)
-        extra["qos"] = tuple(acc.qos_views().values())
-        extra["assocs"] = tuple(assocs)
-        if cfg.weight_fairshare and cfg.priority_type == "multifactor":
-            extra["fairshare"] = acc.fairshare(t, assocs)
+        extra = accounting_inputs(acc, state.jobs, t, cfg)
     resv = getattr(state, "reservations", None)
     if resv is not None and resv.resv:
         in_use: dict[str, int] = {}
@@ -258,6 +253,18 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
     snap = Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
                     pending=tuple(pending), running=tuple(running), **extra)
     return snap, shell_reasons
+
+
+def accounting_inputs(acc, jobs, t: int, cfg: SchedConfig) -> dict:
+    """The Snapshot fields that come from accounting (QOS, associations, fair-share): usage
+    of the jobs that stopped since the last pass is charged first. The simulator calls this
+    too, with its own job records, so fair-share evolves the same way in both."""
+    acc.observe(jobs, t)
+    assocs = acc.assoc_views(t)
+    extra = {"qos": tuple(acc.qos_views().values()), "assocs": tuple(assocs)}
+    if cfg.weight_fairshare and cfg.priority_type == "multifactor":
+        extra["fairshare"] = acc.fairshare(t, assocs)
+    return extra
 
 
 def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None) -> list[Job]:

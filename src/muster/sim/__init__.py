@@ -12,17 +12,21 @@ Pipeline::
 Contract: the simulator decides nothing itself. Starts come only from
 :func:`muster.core.schedule` on a :class:`muster.core.Snapshot` built by the engine, job
 state changes only through :mod:`muster.lifecycle.job`, so a policy tuned here is the one
-the controller runs. ``sim`` never imports ``store``, ``controller``, ``agent`` or ``api``.
+the controller runs. A slurm.conf is read the controller's way
+(:mod:`muster.controller.scheduling`: node order, partition, scheduling settings), and with
+multifactor priority the controller's own accounting (``Accounts`` on an in-memory store)
+charges usage and computes fair-share. ``sim`` never starts daemons and never imports
+``agent`` or ``api``.
 Time is virtual (integer seconds); the only randomness is the window draw, seeded.
 """
 
-from .engine import POLICIES, BackfillUnavailable, SimError, SimResult, Simulator, backfill_available
+from .engine import POLICIES, SimError, SimResult, Simulator
 from .metrics import compute, format_table
 from .replay import MachineSpec, replay_trace, select_jobs
 from .traces import Trace, TraceError, TraceJob, read_trace
 
 __all__ = [
-    "POLICIES", "BackfillUnavailable", "MachineSpec", "SimError", "SimResult", "Simulator",
-    "Trace", "TraceError", "TraceJob", "backfill_available", "compute", "format_table",
+    "POLICIES", "MachineSpec", "SimError", "SimResult", "Simulator",
+    "Trace", "TraceError", "TraceJob", "compute", "format_table",
     "read_trace", "replay_trace", "select_jobs",
 ]

@@ -30,6 +30,7 @@ class SimCluster:
     sched: SchedConfig
     mem_simulated: bool
     source: str  # how it was sized, in words
+    conf: object = None  # the loaded slurm.conf (from_config): accounting settings for fair-share
 
     @property
     def total_cpus(self) -> int:
@@ -112,7 +113,7 @@ def from_config(path: str, *, partition: str | None = None, trace_mem: bool = Fa
         sched = replace(sched, def_mem_per_cpu=None, def_mem_per_node=None, def_mem_per_gpu=None)
     part = replace(partition_views(cfg)[pc.name], node_names=tuple(n.name for n in ns))
     return SimCluster(nodes=tuple(ns), partition=part, sched=sched, mem_simulated=trace_mem,
-                      source=f"{path}, partition {pc.name}")
+                      source=f"{path}, partition {pc.name}", conf=cfg)
 
 
 def peak_gpu_demand(jobs: list[TraceJob]) -> int:

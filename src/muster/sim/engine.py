@@ -19,16 +19,28 @@ Why it is fast (and still exact):
 * Node views are immutable and only the nodes a start or an end touched are rebuilt; the
   nodes tuple is rebuilt only when something changed.
 * **The core is called only when something could start** and only with the part of the
-  queue that can matter. Every job has the same priority, so the core's queue order is
-  arrival order and a job that does not fit the *aggregate* free CPUs/GPUs now cannot start
-  now. Under the main scheduler (``fifo``) the first such job blocks everything behind it,
-  so the core gets only the jobs before it whose cumulative demand fits. With backfill of
-  reservation depth ``d`` the core gets the queue up to the ``d``-th job that does not fit
-  (the reservation holders) plus every later job that fits now; later non-fitting jobs can
-  neither start nor hold a reservation. Conservative backfill (depth = all) gets the whole
-  queue. A pass with only new arrivals (nothing ended) is skipped unless an arrival fits:
-  arrivals sort last and time passing never makes an old backfill candidate startable.
+  queue that can matter, when every job has the same priority (``priority/basic``, or
+  multifactor with every weight 0): then the core's queue order is arrival order and a job
+  that does not fit the *aggregate* free CPUs/GPUs now cannot start now. Under the main
+  scheduler (``fifo``) the first such job blocks everything behind it, so the core gets only
+  the jobs before it whose cumulative demand fits. With backfill of reservation depth ``d``
+  the core gets the queue up to the ``d``-th job that does not fit (the reservation holders)
+  plus every later job that fits now; later non-fitting jobs can neither start nor hold a
+  reservation. Conservative backfill (depth = all) gets the whole queue. A pass with only
+  new arrivals (nothing ended since the last call) is skipped unless an arrival fits, and
+  then only the arrivals are offered after the reservation holders: with nothing freed,
+  every job the core could not start last time still cannot. Backfill pruning also needs
+  the shorthands' unlimited window and test budget (``bf_window``, ``bf_max_job_test``).
   Proof sketch and measurements: docs/simulation.md.
+* Otherwise (multifactor priority, or a site's own window and test budget under
+  ``--policy config``) nothing is pruned: after every event instant the core gets the whole
+  queue, as the controller's pass after every event does. With multifactor priority the
+  controller's accounting (:class:`muster.controller.accounts.Accounts`, in memory) charges
+  each job's usage when it stops and supplies associations and fair-share factors.
+
+The equivalence with the controller is tested, not argued: tests/property/
+test_sim_vs_controller.py drives the real controller on a virtual clock through random
+workloads and settings and requires the same start second and nodes for every job.
 
 Invariants (checked as they happen, :class:`SimError` on violation): no job starts before
 its submit time; free CPUs/memory/GPUs never go negative; a job never runs past its limit.
@@ -45,25 +57,28 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
-from muster.core import snapshot as _core_snapshot
+from muster.core.snapshot import RunningView
 from muster.lifecycle import job as lifecycle
 from muster.model.job import PENDING, Job
 
 from .cluster import SimCluster
 from .traces import TraceJob
 
-__all__ = ["POLICIES", "BackfillUnavailable", "SimError", "SimResult", "Simulator",
-           "backfill_available", "sched_config_for"]
+__all__ = ["NO_PRUNING", "POLICIES", "SimError", "SimResult", "Simulator", "prune_depth",
+           "sched_config_for"]
 
 # classic EASY/conservative plan without a horizon; it also keeps the pruned queue exact
 # (a reservation beyond the window would pass the reservation to a later job)
 _NO_WINDOW = 20 * 365 * 1440  # minutes
+ACCOUNT, QOS = "default", "normal"
 
-# policy → SchedConfig fields; "depth" is the engine's own pruning rule (0 = main scheduler)
+# policy → SchedConfig fields it sets; "config" keeps the slurm.conf's own settings
 POLICIES: dict[str, dict] = {
     "fifo": {"backfill": False},
-    "easy": {"backfill": True, "bf_depth": 1, "bf_window": _NO_WINDOW},
-    "conservative": {"backfill": True, "bf_depth": None, "bf_window": _NO_WINDOW},
+    "easy": {"backfill": True, "bf_depth": 1, "bf_window": _NO_WINDOW, "bf_max_job_test": 0},
+    "conservative": {"backfill": True, "bf_depth": None, "bf_window": _NO_WINDOW,
+                     "bf_max_job_test": 0},
+    "config": {},
 }
 
 
@@ -71,59 +86,32 @@ class SimError(RuntimeError):
     """An engine invariant was violated (a bug in the engine or the core)."""
 
 
-class BackfillUnavailable(RuntimeError):
-    """The scheduling core in this tree has no backfill settings yet."""
-
-
-_BACKFILL_PROBE: list[bool] = []
-
-
-def backfill_available() -> bool:
-    """Does this tree's core backfill? A behavioural probe (cached), not a field check:
-    one busy CPU until t=600; a 2-CPU job waits; a 1-CPU, 1-minute job must backfill."""
-    if not _BACKFILL_PROBE:
-        ok = False
-        fields = SchedConfig.__dataclass_fields__
-        rv = getattr(_core_snapshot, "RunningView", None)
-        if "backfill" in fields and rv is not None and "running" in Snapshot.__dataclass_fields__:
-            from muster.core import NodeAlloc, PartitionView
-            node = NodeView("n", 0, frozenset({"p"}), 2, 1, 2, 1)
-            held = (NodeAlloc(node="n", cpus=1, mem=1, gpus=(), tasks=1),)
-            run = Simulator._make_running(rv, type("S", (), {"partition": "p", "allocation":
-                                          type("A", (), {"nodes": held})()})(),
-                                          type("J", (), {"job_id": 9, "priority": 1, "user": "",
-                                                         "end_time": 600})(), 0)
-            snap = Snapshot(now=0, nodes=(node,), partitions=(PartitionView("p", node_names=("n",)),),
-                            pending=(JobView(1, submit_time=0, partitions=("p",), ntasks=2,
-                                             mem_per_cpu=1, time_limit=10),
-                                     JobView(2, submit_time=1, partitions=("p",), ntasks=1,
-                                             mem_per_cpu=1, time_limit=1)),
-                            running=(run,))
-            try:
-                cfg = dataclasses.replace(SchedConfig(), backfill=True, bf_depth=1)
-                ok = [s.job_id for s in schedule(snap, cfg).starts] == [2]
-            except Exception:
-                ok = False
-        _BACKFILL_PROBE.append(ok)
-    return _BACKFILL_PROBE[0]
-
-
 def sched_config_for(policy: str, base: SchedConfig, **overrides) -> SchedConfig:
-    """``base`` with the policy's backfill settings (one line per policy, see POLICIES)."""
+    """``base`` (the cluster's settings) with the policy's backfill settings (POLICIES).
+
+    The shorthands have no backfill window and test every job (``bf_max_job_test=0``): the
+    classic EASY/conservative algorithms, and what keeps the engine's queue pruning exact."""
     if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r} (fifo, easy, conservative)")
-    kw = dict(POLICIES[policy])
-    fields = SchedConfig.__dataclass_fields__
-    if kw.get("backfill") and not backfill_available():
-        raise BackfillUnavailable(
-            f"--policy {policy} needs backfill in muster.core (SchedConfig.backfill, "
-            "bf_depth); this tree's core has only the main scheduler: use --policy fifo")
-    kw.update(overrides)
-    # the pruned queue is exact only when the core tests every job it is given
-    if "bf_max_job_test" in fields:
-        kw.setdefault("bf_max_job_test", 0)
-    kw = {k: v for k, v in kw.items() if k in fields}
+        raise ValueError(f"unknown policy {policy!r} (fifo, easy, conservative, config)")
+    kw = {**POLICIES[policy], **overrides}
     return dataclasses.replace(base, **kw)
+
+
+NO_PRUNING = -1
+
+
+def prune_depth(policy: str, cfg: SchedConfig) -> int | None:
+    """The engine's queue pruning for these settings (module doc): 0 = main scheduler,
+    d = backfill with d reservations, None = conservative, NO_PRUNING = the whole queue
+    at every event. Pruning needs every job's priority equal (arrival order = core order);
+    backfill pruning also needs the shorthand's unlimited window and test budget."""
+    if cfg.priority_type == "multifactor" or cfg.max_jobs_to_start:
+        return NO_PRUNING
+    if not cfg.backfill:
+        return 0
+    if policy == "config" and (cfg.bf_window < _NO_WINDOW or cfg.bf_max_job_test):
+        return NO_PRUNING
+    return cfg.bf_depth
 
 
 @dataclass
@@ -167,6 +155,11 @@ def _new_job(tj: TraceJob) -> Job:
     j.derived_exit_code = 0
     j.exit_code = j.exit_signal = 0
     j.cancelled_by = None
+    # read by fair-share accounting (muster.controller.accounts.Accounts.observe)
+    j.restarts = 0
+    j.alloc = []
+    j.account = ACCOUNT
+    j.qos = QOS
     return j
 
 
@@ -178,13 +171,20 @@ class Simulator:
         self.cluster = cluster
         self.policy = policy
         self.cfg = sched_config_for(policy, sched or cluster.sched)
-        self.depth: int | None = 0 if not POLICIES[policy].get("backfill") else POLICIES[policy]["bf_depth"]
+        self.depth = prune_depth(policy, self.cfg)
+        self.accounts = None
+        if self.cfg.priority_type == "multifactor":
+            # usage and fair-share exactly as the controller keeps them (its own class, on an
+            # in-memory store): charged when a job stops, decayed with the config's half-life
+            if cluster.conf is None:
+                raise ValueError("multifactor priority needs the cluster from a slurm.conf")
+            from muster.controller.accounts import Accounts
+            from muster.store.sqlite import SqliteStore
+            self.accounts = Accounts(SqliteStore(":memory:"), cluster.conf)
         self.record_series = record_series
         self.progress = progress
         self.core = core
         self.gpu = cluster.total_gpus > 0
-        self._has_running = "running" in _core_snapshot.Snapshot.__dataclass_fields__
-        self._running_view = getattr(_core_snapshot, "RunningView", None)
         self.skipped: list[tuple[TraceJob, str]] = []
         self.jobs: list[TraceJob] = []
         t0 = _time.perf_counter()
@@ -202,8 +202,12 @@ class Simulator:
         elif not self.cluster.mem_simulated:
             mem_kw["mem_per_cpu"] = 1
         limit = None if tj.limit is None else -(-tj.limit // 60)
+        # who and when, as the controller's view of a job submitted at that time by that user
+        # (a non-root user without sacctmgr associations: account "default", QOS "normal")
         common = dict(job_id=tj.job_id, priority=1, submit_time=tj.submit,
-                      partitions=(self.cluster.partition.name,), time_limit=limit, gpu_type=tj.gpu_type, **mem_kw)
+                      eligible_time=tj.submit, user=tj.user, account=ACCOUNT, qos=QOS,
+                      partitions=(self.cluster.partition.name,), time_limit=limit,
+                      gpu_type=tj.gpu_type, **mem_kw)
         if tj.mem is not None:  # a pod (Alibaba): one node, its CPUs and GPUs
             return JobView(nodes_min=1, nodes_max=1, cpus_per_task=max(1, tj.cpus),
                            gpus_per_node=tj.gpus, **common)
@@ -252,7 +256,7 @@ class Simulator:
         cfg = self.cfg
         part = (self.cluster.partition,)
         nodes = list(self.cluster.nodes)
-        index = {nd.name: nd.index for nd in nodes}
+        index = {nd.name: i for i, nd in enumerate(nodes)}
         nodes_t = tuple(nodes)
         dirty = False
         gpu = self.gpu
@@ -268,13 +272,18 @@ class Simulator:
         # the reservations that the core could not start then cannot start now
         retest = True
         fresh: list[int] = []  # this instant's arrivals
-        exact_memo = self.depth is not None and self.depth > 0 and not cfg.max_jobs_to_start
+        exact_memo = self.depth is not None and self.depth > 0
         running_views: dict[int, object] = {}
         heap: list[tuple[int, int]] = []  # (end time, job id)
         depth = self.depth
         core = self.core
         # running jobs matter only to backfill (the main scheduler ignores them)
-        rv_cls = self._running_view if self._has_running and depth != 0 else None
+        with_running = cfg.backfill
+        use_sizes = depth is None or depth > 0  # the size index of the backfill pruning
+        accounts = self.accounts
+        if accounts is not None:
+            from muster.controller.scheduling import accounting_inputs
+        extra: dict = {}
         series = [] if self.record_series else None
         idle_waiting = free_partial = free_total = 0.0
         core_calls, core_s, events = 0, 0.0, 0
@@ -313,6 +322,8 @@ class Simulator:
             """The pruned queue (see module doc), or None when nothing could start."""
             if not pending:
                 return None
+            if depth == NO_PRUNING:
+                return tuple(views[j] for j in pending)
             if depth == 0:
                 out, c, g = [], free_c, free_g
                 for jid, tj in pending.items():
@@ -390,22 +401,22 @@ class Simulator:
                 records[tj.job_id] = _new_job(tj)
                 pending[tj.job_id] = tj
                 fresh.append(tj.job_id)
-                if depth != 0:
+                if use_sizes:
                     insort(sizes, (size_of(tj), tj.job_id))
                 if tj.gpus:
                     pending_gpu_jobs += 1
                 if not new_fit and fits(tj):
                     new_fit = True
+            if accounts is not None:  # as the controller's pass after every event
+                extra = accounting_inputs(accounts, records, t, cfg)
             queue = queue_for_core(new_fit, freed)
             if queue is not None:
                 if dirty:
                     nodes_t = tuple(nodes)
                     dirty = False
-                if rv_cls is not None:
-                    snap = Snapshot(now=t, nodes=nodes_t, partitions=part, pending=queue,
-                                    running=tuple(running_views.values()))
-                else:
-                    snap = Snapshot(now=t, nodes=nodes_t, partitions=part, pending=queue)
+                snap = Snapshot(now=t, nodes=nodes_t, partitions=part, pending=queue,
+                                running=tuple(running_views.values()) if with_running else (),
+                                **extra)
                 c0 = _time.perf_counter()
                 plan = core(snap, cfg)
                 core_s += _time.perf_counter() - c0
@@ -418,7 +429,7 @@ class Simulator:
                         raise SimError(f"core started job {jid}, which is not pending")
                     if tj.submit > t:
                         raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
-                    if depth != 0:
+                    if use_sizes:
                         del sizes[bisect_right(sizes, (size_of(tj), jid)) - 1]
                     if tj.gpus:
                         pending_gpu_jobs -= 1
@@ -443,8 +454,11 @@ class Simulator:
                         stop = rec.end_time
                         killed[i] = True
                     heapq.heappush(heap, (stop, jid))
-                    if rv_cls is not None:
-                        running_views[jid] = self._make_running(rv_cls, st, rec, t)
+                    if with_running:
+                        running_views[jid] = RunningView(
+                            job_id=jid, partition=st.partition, nodes=st.allocation.nodes,
+                            start_time=t, end_time=rec.end_time, user=rec.user,
+                            account=ACCOUNT, qos=QOS)
             if series is not None:
                 tot_c = self.cluster.total_cpus
                 series.append((t, tot_c - free_c, total_g - free_g))
@@ -463,14 +477,3 @@ class Simulator:
             s = "TIMEOUT" if k else "COMPLETED"
             states[s] = states.get(s, 0) + 1
         return res
-
-    @staticmethod
-    def _make_running(cls, st, rec: Job, t: int):
-        """A RunningView for the backfill core, built from whatever fields it declares."""
-        values = {"job_id": rec.job_id, "partition": st.partition, "priority": rec.priority,
-                  "user": rec.user, "account": "", "qos": "normal",
-                  "allocation": st.allocation, "nodes": st.allocation.nodes,
-                  "alloc": st.allocation.nodes,
-                  "start_time": t, "end_time": rec.end_time}
-        fields = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in values.items() if k in fields})

@@ -78,7 +78,7 @@ MIGRATIONS: tuple[str, ...] = (
 class SqliteStore:
     def __init__(self, path: str):
         self.path = path
-        new = not os.path.exists(path)
+        new = path != ":memory:" and not os.path.exists(path)  # ":memory:": the simulator
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         if new:
             os.chmod(path, 0o600)
