@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     o = ap.add_argument_group("output")
     o.add_argument("--json", action="store_true", help="metrics as JSON on stdout")
     o.add_argument("--plot", metavar="DIR", help="write utilization, wait-CDF and Gantt PNGs")
+    o.add_argument("--schedule", metavar="FILE",
+                   help="write every replayed job's schedule as CSV (job, user, submit, start, "
+                        "end, wait, cpus, gpus, state, nodes)")
     o.add_argument("--gantt-jobs", type=int, default=200)
     o.add_argument("--progress", action="store_true",
                    help="progress bar on stderr even when it is not a terminal")
@@ -92,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.windows is not None and (args.jobs is None or args.windows < 1):
         raise _fail("--windows needs --jobs N and a count ≥ 1")
+    if args.windows is not None and (args.plot or args.schedule):
+        raise _fail("--plot and --schedule describe one replay: drop --windows, or pick one "
+                    "window with --start-job/--jobs")
     if args.config and (args.nodes or args.cpus_per_node or args.gpus_per_node):
         raise _fail("give either --config or --nodes/--cpus-per-node/--gpus-per-node")
     if args.config and not os.path.isfile(args.config):
@@ -146,7 +152,25 @@ def main(argv: list[str] | None = None) -> int:
             plots = write_plots(res, args.plot, gantt_jobs=args.gantt_jobs)
         except MissingMatplotlib as e:
             raise _fail(str(e)) from None
+    if args.schedule:
+        try:
+            _write_schedule(args.schedule, res)
+        except OSError as e:
+            raise _fail(f"{args.schedule}: {e.strerror}") from None
     return _report(args, trace, res, met, plots)
+
+
+def _write_schedule(path: str, res) -> None:
+    """One row per replayed job, in submit order; times in trace seconds."""
+    import csv
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["job", "user", "submit", "start", "end", "wait", "cpus", "gpus", "state",
+                    "nodes"])
+        nodes = res.nodes or [()] * len(res.jobs)
+        for tj, st, en, k, ns in zip(res.jobs, res.start, res.end, res.killed, nodes):
+            w.writerow([tj.orig_id or tj.job_id, tj.user, tj.submit, st, en, st - tj.submit,
+                        tj.cpus, tj.gpus, "TIMEOUT" if k else "COMPLETED", ",".join(ns)])
 
 
 def _header(trace, res) -> dict:

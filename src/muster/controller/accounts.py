@@ -92,6 +92,9 @@ class Accounts:
         self.pending_extra: dict[int, tuple] = {}  # id(Job) -> (job, extra) until it has an id
         self.legacy = {"root", "default"}
         self.tracked: dict[int, tuple] = {}  # job id -> (run, start, tres, part, acct, user, qos)
+        # (account, user) of every job seen by observe: without sacctmgr associations these
+        # are the implicit tree's users, whether or not they have usage yet
+        self.known: set[tuple[str, str]] = set()
         self.generation = 0
         enf = {e.lower() for e in getattr(cfg, "accounting_storage_enforce", ()) or ()}
         if enf & {"limits", "qos", "safe"}:
@@ -406,9 +409,9 @@ class Accounts:
                 grp_tres=dict(a.get("grp_tres") or {}), grp_jobs=a.get("grp_jobs"),
                 max_jobs=a.get("max_jobs"), max_submit_jobs=a.get("max_submit_jobs"),
                 max_tres_per_job=dict(a.get("max_tres_per_job") or {})))
-        if not self.configured:  # the implicit "default" account and its users' usage
+        if not self.configured:  # the implicit "default" account and its users
             out.append(AssocView(account="default", user=None, parent=None, shares=1))
-            for (account, user) in sorted(self.usage):
+            for (account, user) in sorted(set(self.usage) | self.known):
                 if account == "default" and (account, user) not in seen:
                     seen.add((account, user))
                     out.append(AssocView(account="default", user=user, parent="default",
@@ -487,9 +490,12 @@ class Accounts:
                 for jid, rec, end in ended:
                     del self.tracked[jid]
                     self.charge(rec, max(0, end - rec[1]), t)
+        known = self.known
         for j in jobs.values():
             if j.state == "RUNNING" and j.job_id not in self.tracked:
                 self._track(j)
+            if j.state in ("PENDING", "RUNNING"):
+                known.add((j.account, j.user))
 
     def charge(self, rec: tuple, seconds: int, t: int) -> None:
         _run, _start, tres, part, account, user, qos = rec
