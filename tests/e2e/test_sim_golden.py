@@ -109,3 +109,37 @@ def test_golden_fair_share_orders_by_usage(tmp_path):
     flat = schedule("golden_fairshare.swf", "--config", str(conf), tmp_path=tmp_path)
     assert flat == {"1": (0, 100, "COMPLETED"), "2": (100, 150, "COMPLETED"),
                     "3": (150, 200, "COMPLETED")}
+
+
+# golden_partitions: two 1-CPU nodes; "short" (n1, MaxTime 2 min, higher tier) and "long"
+# (n1, n2). Every job is offered to both (--partition short,long), as sbatch -p short,long.
+#   job 1: t=0, 10-minute limit: too long for short → long; best fit puts it on n1
+#   job 2: t=5, 1-minute limit: short's tier comes first, but n1 is busy; long has n2 → n2
+#   job 3: t=10, 1-minute limit: both nodes busy; at 65 job 2 frees n2, which only "long"
+#          has (short's n1 is job 1's until 600) → long, n2, at 65
+PARTITIONS_CONF = """ClusterName=golden
+SlurmctldHost=localhost
+SchedulerType=sched/builtin
+NodeName=n[1-2] CPUs=1 RealMemory=1000
+PartitionName=short Nodes=n1 MaxTime=2 PriorityTier=2 State=UP
+PartitionName=long Nodes=n[1-2] Default=YES MaxTime=UNLIMITED State=UP
+"""
+PARTITIONS_SWF = """; MaxProcs: 2
+1 0 -1 600 1 -1 -1 1 600 -1 1 1 -1 -1 -1 -1 -1 -1
+2 5 -1 60 1 -1 -1 1 60 -1 1 2 -1 -1 -1 -1 -1 -1
+3 10 -1 60 1 -1 -1 1 60 -1 1 3 -1 -1 -1 -1 -1 -1
+"""
+
+
+def test_golden_partitions_route_by_limit_and_tier(tmp_path):
+    (tmp_path / "p.conf").write_text(PARTITIONS_CONF)
+    (tmp_path / "p.swf").write_text(PARTITIONS_SWF)
+    out = tmp_path / "s.csv"
+    p = subprocess.run([str(BIN), "sim", str(tmp_path / "p.swf"), "--config", str(tmp_path / "p.conf"),
+                        "--partition", "short,long", "--schedule", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert "partitions short,long" in p.stdout
+    with open(out) as fh:
+        rows = {r["job"]: (int(r["start"]), r["nodes"]) for r in csv.DictReader(fh)}
+    assert rows == {"1": (0, "n1"), "2": (5, "n2"), "3": (65, "n2")}

@@ -45,14 +45,19 @@ SCHED_LINES = {
 }
 
 
-def write_conf(d: str, nodes: list[tuple[int, int]], policy: str, extra: str = "") -> str:
-    """``extra``: scheduling lines of the file itself (policy "config")."""
+def write_conf(d: str, nodes: list[tuple[int, int]], policy: str, extra: str = "",
+               split: bool = False) -> str:
+    """``extra``: scheduling lines of the file itself (policy "config"). ``split``: besides
+    "sim" (every node, no limit) a "short" partition of the first nodes, MaxTime 5 minutes."""
     lines = ["ClusterName=simcheck", "SlurmctldHost=localhost", f"StateSaveLocation={d}",
              "FirstJobId=1", "GresTypes=gpu", SCHED_LINES.get(policy, "")]
     for i, (cpus, gpus) in enumerate(nodes):
         gres = f" Gres=gpu:{gpus}" if gpus else ""
         lines.append(f"NodeName=n{i} CPUs={cpus} RealMemory={cpus}{gres}")
     lines.append("PartitionName=sim Nodes=ALL Default=YES MaxTime=UNLIMITED State=UP")
+    if split:
+        first = ",".join(f"n{i}" for i in range(max(1, len(nodes) // 2)))
+        lines.append(f"PartitionName=short Nodes={first} MaxTime=5 PriorityTier=2 State=UP")
     if extra:
         lines.append(extra)
     path = os.path.join(d, "slurm.conf")
@@ -61,12 +66,12 @@ def write_conf(d: str, nodes: list[tuple[int, int]], policy: str, extra: str = "
     return path
 
 
-def submit_request(tj: TraceJob, gpn: int) -> dict:
+def submit_request(tj: TraceJob, gpn: int, partitions: str | None = None) -> dict:
     """What a user would pass to sbatch for this trace job, the way the simulator reads it
     (muster.sim.engine.Simulator._view): CPUs as tasks, 1 MB per CPU, GPUs in total or as
     whole nodes, the limit rounded up to minutes."""
     req = {"mem_per_cpu": 1, "time_limit": -(-tj.limit // 60), "work_dir": "/tmp",
-           "name": f"t{tj.job_id}"}
+           "name": f"t{tj.job_id}", "partition": partitions}
     if tj.gpus and gpn and tj.gpus >= gpn and tj.gpus % gpn == 0 and tj.cpus <= 1:
         req.update(nodes_min=tj.gpus // gpn, gres=[{"name": "gpu", "count": gpn}])
     elif tj.gpus and gpn and tj.gpus > gpn and tj.cpus <= 1:
@@ -78,7 +83,8 @@ def submit_request(tj: TraceJob, gpn: int) -> dict:
     return req
 
 
-def run_controller(conf: str, jobs: list[TraceJob], uid_of) -> dict[int, tuple[int, tuple]]:
+def run_controller(conf: str, jobs: list[TraceJob], uid_of,
+                   partitions: str | None = None) -> dict[int, tuple[int, tuple]]:
     """Drive the real controller through the trace; job id → (start time, node names)."""
     cfg = load(conf)
     auth.generate_key(cfg.key_path)
@@ -113,7 +119,7 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of) -> dict[int, tuple[i
                 tj = jobs[nxt]
                 nxt += 1
                 uid = uid_of(tj)
-                got = handlers.submit(ctl, {"job": submit_request(tj, gpn),
+                got = handlers.submit(ctl, {"job": submit_request(tj, gpn, partitions),
                                             "script": "#!/bin/sh\ntrue\n", "env": {}}, uid, uid)
                 assert got["job_id"] == tj.job_id
                 waiting.add(tj.job_id)
@@ -130,8 +136,9 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of) -> dict[int, tuple[i
     return out
 
 
-def run_sim(conf: str, jobs: list[TraceJob], policy: str) -> dict[int, tuple[int, tuple]]:
-    res = Simulator(from_config(conf), jobs, policy).run()
+def run_sim(conf: str, jobs: list[TraceJob], policy: str,
+            partitions: str | None = None) -> dict[int, tuple[int, tuple]]:
+    res = Simulator(from_config(conf, partition=partitions), jobs, policy).run()
     assert not res.skipped
     return {tj.job_id: (s, nodes) for tj, s, nodes in zip(res.jobs, res.start, res.nodes)}
 
@@ -182,21 +189,22 @@ def site_settings(draw):
     return "\n".join(lines)
 
 
-def check_same(work, policy, settings_text: str = ""):
+def check_same(work, policy, settings_text: str = "", split: bool = False):
     nodes, jobs = work
+    parts = "short,sim" if split else None
     d = tempfile.mkdtemp(prefix="muster-simcheck-")
     try:
-        conf = write_conf(d, nodes, policy, settings_text)
+        conf = write_conf(d, nodes, policy, settings_text, split)
         # jobs the machine can never hold: the simulator skips them, sbatch refuses them
-        kept = Simulator(from_config(conf), jobs, policy).jobs
+        kept = Simulator(from_config(conf, partition=parts), jobs, policy).jobs
         if not kept:
             return
         # users are uids without a passwd entry: the controller names them by number
         jobs = [TraceJob(i, j.submit, j.run, j.limit, j.cpus, j.gpus,
                          user=str(60000 + int(j.user[1:])))
                 for i, j in enumerate(kept, 1)]
-        sim = run_sim(conf, jobs, policy)
-        live = run_controller(conf, jobs, lambda tj: int(tj.user))
+        sim = run_sim(conf, jobs, policy, parts)
+        live = run_controller(conf, jobs, lambda tj: int(tj.user), parts)
         assert live == sim
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -225,3 +233,11 @@ def test_same_decisions_under_the_sites_own_settings(work, text):
     """``--policy config``: multifactor priority (age, job size, fair-share of three users
     with usage decay) and backfill with a binding window and test budget, as the file says."""
     check_same(work, "config", text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(max_jobs=30), st.sampled_from(SHORTHANDS + ["config"]), site_settings())
+def test_same_decisions_with_two_partitions(work, policy, text):
+    """Every job offered to a 5-minute "short" partition (higher tier, half the nodes) and to
+    "sim" (all nodes): partition limits and tiers route them, in both."""
+    check_same(work, policy, text if policy == "config" else "", split=True)

@@ -27,8 +27,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--nodes-file", help="Alibaba node list (default: "
                     "openb_node_list_all_node.csv.gz next to the pod list)")
     m = ap.add_argument_group("machine (default: sized from the trace)")
-    m.add_argument("--config", help="slurm.conf describing the cluster (its default partition)")
-    m.add_argument("--partition", help="partition of --config to use")
+    m.add_argument("--config", help="slurm.conf describing the cluster and its scheduling "
+                   "settings (default partition unless --partition)")
+    m.add_argument("--partition", help="partition(s) of --config; a comma list offers every job "
+                   "to each (as sbatch -p a,b): it runs in the first whose limits allow")
     m.add_argument("--nodes", type=int)
     m.add_argument("--cpus-per-node", type=int)
     m.add_argument("--gpus-per-node", type=int)

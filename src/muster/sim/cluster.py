@@ -26,11 +26,15 @@ PARTITION = "sim"
 @dataclass(frozen=True)
 class SimCluster:
     nodes: tuple[NodeView, ...]
-    partition: PartitionView
+    partitions: tuple[PartitionView, ...]  # every job is offered to each, as sbatch -p a,b
     sched: SchedConfig
     mem_simulated: bool
     source: str  # how it was sized, in words
     conf: object = None  # the loaded slurm.conf (from_config): accounting settings for fair-share
+
+    @property
+    def partition(self) -> PartitionView:
+        return self.partitions[0]
 
     @property
     def total_cpus(self) -> int:
@@ -65,7 +69,7 @@ def _make(nodes: list[NodeView], mem: bool, source: str, sched: SchedConfig | No
           max_time: int | None = None) -> SimCluster:
     part = PartitionView(name=PARTITION, node_names=tuple(n.name for n in nodes),
                          max_time=max_time)
-    return SimCluster(nodes=tuple(nodes), partition=part, sched=sched or SchedConfig(),
+    return SimCluster(nodes=tuple(nodes), partitions=(part,), sched=sched or SchedConfig(),
                       mem_simulated=mem, source=source)
 
 
@@ -80,40 +84,54 @@ def from_flags(nodes: int, cpus_per_node: int, gpus_per_node: int = 0,
 
 
 def from_config(path: str, *, partition: str | None = None, trace_mem: bool = False) -> SimCluster:
-    """Nodes and the default (or named) partition of a slurm.conf; memory from RealMemory
-    only when the trace records memory."""
+    """Nodes and partitions of a slurm.conf: the default partition, or ``partition`` (a name
+    or a comma list: every job is then offered to each, as ``sbatch -p a,b``, and runs in
+    the first one whose limits and free nodes allow). Memory from RealMemory only when the
+    trace records memory."""
     from muster.config import load
 
     cfg = load(path)
     parts = cfg.partitions
     if partition is None:
         pc = next((p for p in parts.values() if p.default), None) or next(iter(parts.values()), None)
+        if pc is None:
+            raise ValueError(f"{path}: no partition defined")
+        chosen = [pc]
     else:
-        pc = parts.get(partition)
-    if pc is None:
-        raise ValueError(f"{path}: no partition {partition!r}" if partition else
-                         f"{path}: no partition defined")
-    # the controller's own reading of the file: node order, partition, scheduling settings
+        chosen = []
+        for name in dict.fromkeys(x.strip() for x in partition.split(",")):
+            if name not in parts:
+                raise ValueError(f"{path}: no partition {name!r}")
+            chosen.append(parts[name])
+    # the controller's own reading of the file: node order, partitions, scheduling settings
     from muster.controller.scheduling import partition_views, sched_config
 
     order = cfg.node_order()
+    member: dict[str, list[str]] = {}
+    for pc in chosen:
+        for name in pc.nodes:
+            member.setdefault(name, []).append(pc.name)
     ns = []
-    for name in pc.nodes:
+    for name, in_parts in member.items():
         nc = cfg.nodes[name]
         gpus, gtype = 0, None
         for g in nc.gres:
             if g.name == "gpu":
                 gpus += g.count
                 gtype = gtype or g.type
-        ns.append(_node(order[name], name, nc.cpus, nc.real_memory if trace_mem else None,
-                        gpus, gtype, nc.weight, pc.name))
+        n = _node(order[name], name, nc.cpus, nc.real_memory if trace_mem else None,
+                  gpus, gtype, nc.weight)
+        ns.append(replace(n, partitions=frozenset(in_parts)))
     ns.sort(key=lambda n: n.index)
     sched = sched_config(cfg)
     if not trace_mem:  # every job asks 1 MB per CPU of nodes with 1 MB per CPU (module doc)
         sched = replace(sched, def_mem_per_cpu=None, def_mem_per_node=None, def_mem_per_gpu=None)
-    part = replace(partition_views(cfg)[pc.name], node_names=tuple(n.name for n in ns))
-    return SimCluster(nodes=tuple(ns), partition=part, sched=sched, mem_simulated=trace_mem,
-                      source=f"{path}, partition {pc.name}", conf=cfg)
+    views = partition_views(cfg)
+    pviews = tuple(views[pc.name] for pc in chosen)
+    names = ",".join(pc.name for pc in chosen)
+    return SimCluster(nodes=tuple(ns), partitions=pviews, sched=sched, mem_simulated=trace_mem,
+                      source=f"{path}, partition{'s' if len(chosen) > 1 else ''} {names}",
+                      conf=cfg)
 
 
 def peak_gpu_demand(jobs: list[TraceJob]) -> int:
@@ -138,7 +156,7 @@ def from_trace(trace: Trace, jobs: list[TraceJob], *, gpus_per_node: int = 8,
             return from_flags(procs // cpus_per_node, cpus_per_node)
         # processors are fungible in SWF: one node holding them all (fastest, exact)
         c = from_flags(1, procs)
-        return SimCluster(c.nodes, c.partition, c.sched, False,
+        return SimCluster(c.nodes, c.partitions, c.sched, False,
                           f"SWF MaxProcs {procs}, processors pooled")
     if trace.nodes:
         ns = [_node(i, s.name, s.cpus, s.mem, s.gpus, s.gpu_type)
@@ -148,6 +166,6 @@ def from_trace(trace: Trace, jobs: list[TraceJob], *, gpus_per_node: int = 8,
     biggest = max((j.gpus for j in jobs), default=gpus_per_node)
     n = max(1, -(-max(peak, biggest) // gpus_per_node))
     c = from_flags(n, cpus_per_node or 8 * gpus_per_node, gpus_per_node)
-    return SimCluster(c.nodes, c.partition, c.sched, False,
+    return SimCluster(c.nodes, c.partitions, c.sched, False,
                       f"{n} × {gpus_per_node}-GPU nodes = peak demand at submit ({peak} GPUs)")
 

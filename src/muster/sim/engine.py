@@ -32,8 +32,8 @@ Why it is fast (and still exact):
   every job the core could not start last time still cannot. Backfill pruning also needs
   the shorthands' unlimited window and test budget (``bf_window``, ``bf_max_job_test``).
   Proof sketch and measurements: docs/simulation.md.
-* Otherwise (multifactor priority, or a site's own window and test budget under
-  ``--policy config``) nothing is pruned: after every event instant the core gets the whole
+* Otherwise (multifactor priority, several partitions, or a site's own window and test
+  budget under ``--policy config``) nothing is pruned: after every event instant the core gets the whole
   queue, as the controller's pass after every event does. With multifactor priority the
   controller's accounting (:class:`muster.controller.accounts.Accounts`, in memory) charges
   each job's usage when it stops and supplies associations and fair-share factors.
@@ -171,7 +171,8 @@ class Simulator:
         self.cluster = cluster
         self.policy = policy
         self.cfg = sched_config_for(policy, sched or cluster.sched)
-        self.depth = prune_depth(policy, self.cfg)
+        self.part_names = tuple(p.name for p in cluster.partitions)
+        self.depth = prune_depth(policy, self.cfg) if len(self.part_names) == 1 else NO_PRUNING
         self.accounts = None
         if self.cfg.priority_type == "multifactor":
             # usage and fair-share exactly as the controller keeps them (its own class, on an
@@ -206,7 +207,7 @@ class Simulator:
         # (a non-root user without sacctmgr associations: account "default", QOS "normal")
         common = dict(job_id=tj.job_id, priority=1, submit_time=tj.submit,
                       eligible_time=tj.submit, user=tj.user, account=ACCOUNT, qos=QOS,
-                      partitions=(self.cluster.partition.name,), time_limit=limit,
+                      partitions=self.part_names, time_limit=limit,
                       gpu_type=tj.gpu_type, **mem_kw)
         if tj.mem is not None:  # a pod (Alibaba): one node, its CPUs and GPUs
             return JobView(nodes_min=1, nodes_max=1, cpus_per_task=max(1, tj.cpus),
@@ -221,19 +222,27 @@ class Simulator:
         return JobView(ntasks=tj.cpus, **common)
 
     def _screen(self, jobs: Sequence[TraceJob]) -> None:
-        """Keep the jobs that fit the empty machine; report the others (core's fits_ever)."""
-        empty = list(self.cluster.nodes)
+        """Keep the jobs that fit the empty nodes of some partition within its MaxTime;
+        report the others (the core's fits_ever; the first partition's reason)."""
+        parts = [(pv, [n for n in self.cluster.nodes if pv.name in n.partitions])
+                 for pv in self.cluster.partitions]
         cache: dict[tuple, str | None] = {}
         self.views: dict[int, JobView] = {}
         for tj in jobs:
             v = self._view(tj)
-            key = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type)
+            key = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type, v.time_limit)
             if key not in cache:
-                cache[key] = fits_ever(v, empty, self.cfg, already_empty=True)
+                first = None
+                for pv, empty in parts:
+                    why = fits_ever(v, empty, self.cfg, already_empty=True)
+                    if why is None and v.time_limit is not None and pv.max_time is not None \
+                            and v.time_limit > pv.max_time:
+                        why = "over the partition's MaxTime"
+                    if why is None:
+                        break
+                    first = first or why
+                cache[key] = None if why is None else first
             why = cache[key]
-            if why is None and tj.limit is not None and self.cluster.partition.max_time is not None \
-                    and v.time_limit > self.cluster.partition.max_time:
-                why = "over the partition's MaxTime"
             if why is not None:
                 self.skipped.append((tj, f"too large for the machine ({why})"
                                      if not why.startswith("over") else why))
@@ -254,7 +263,7 @@ class Simulator:
         records: dict[int, Job] = {}
         views = self.views
         cfg = self.cfg
-        part = (self.cluster.partition,)
+        part = self.cluster.partitions
         nodes = list(self.cluster.nodes)
         index = {nd.name: i for i, nd in enumerate(nodes)}
         nodes_t = tuple(nodes)
