@@ -280,7 +280,7 @@ class Timeline:
                 mc, mm, mg = max(mc, cp[0]), max(mm, cp[1]), max(mg, cp[2])
             for p in range(len(self.ts)):
                 mc, mm = max(mc, max(self.cs[p])), max(mm, max(self.ms[p]))
-                mg = max(mg, max(g.bit_length() for g in self.gs[p]))
+                mg = max(mg, max(self.gs[p]).bit_length())  # largest int, longest mask
             rank = {w: i for i, w in enumerate(sorted({cp[3] for cp in self.cap}))}
             pb = max(1, len(self.ts).bit_length())
             s3 = pb + mm.bit_length()

@@ -230,19 +230,20 @@ class Simulator:
         self.views: dict[int, JobView] = {}
         for tj in jobs:
             v = self._view(tj)
-            key = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type, v.time_limit)
-            if key not in cache:
-                first = None
-                for pv, empty in parts:
-                    why = fits_ever(v, empty, self.cfg, already_empty=True)
-                    if why is None and v.time_limit is not None and pv.max_time is not None \
-                            and v.time_limit > pv.max_time:
-                        why = "over the partition's MaxTime"
-                    if why is None:
-                        break
-                    first = first or why
-                cache[key] = None if why is None else first
-            why = cache[key]
+            shape = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type)
+            first = why = None
+            for k, (pv, empty) in enumerate(parts):
+                key = (k, shape)
+                why = cache.get(key, 0)
+                if why == 0:
+                    why = cache[key] = fits_ever(v, empty, self.cfg, already_empty=True)
+                if why is None and v.time_limit is not None and pv.max_time is not None \
+                        and v.time_limit > pv.max_time:
+                    why = "over the partition's MaxTime"
+                if why is None:
+                    break
+                first = first or why
+            why = None if why is None else first
             if why is not None:
                 self.skipped.append((tj, f"too large for the machine ({why})"
                                      if not why.startswith("over") else why))
