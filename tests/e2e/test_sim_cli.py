@@ -58,3 +58,21 @@ def test_sim_errors_are_one_line(tmp_path):
     p = _muster("sim", str(tmp_path / "missing.swf"), check=False)
     assert p.returncode == 1 and p.stderr.startswith("muster sim: error:")
     assert "Traceback" not in p.stderr
+
+
+def test_sim_says_what_of_the_config_it_does_not_model(tmp_path):
+    conf = tmp_path / "p.conf"
+    conf.write_text("ClusterName=x\nSlurmctldHost=localhost\nPreemptType=preempt/qos\n"
+                    "PreemptMode=REQUEUE\nNodeName=n1 CPUs=4 RealMemory=4000\n"
+                    "PartitionName=p Nodes=n1 Default=YES State=UP\n")
+    trace = tmp_path / "t.swf"
+    trace.write_text("; MaxProcs: 4\n1 0 -1 10 1 -1 -1 1 60 -1 1 1 -1 -1 -1 -1 -1 -1\n")
+    p = _muster("sim", str(trace), "--config", str(conf))
+    assert "note     PreemptType=preempt/qos is not simulated" in p.stdout
+    j = json.loads(_muster("sim", str(trace), "--config", str(conf), "--json").stdout)
+    assert j["notes"] == ["PreemptType=preempt/qos is not simulated (no job is preempted)"]
+    bad = _muster("sim", str(trace), "--policy", "config", check=False)
+    assert bad.returncode == 1 and "--policy config needs --config" in bad.stderr
+    win = _muster("sim", str(trace), "--jobs", "1", "--windows", "2", "--plot", str(tmp_path),
+                  check=False)
+    assert win.returncode == 1 and "describe one replay" in win.stderr

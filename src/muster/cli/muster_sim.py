@@ -185,7 +185,7 @@ def _report(args, trace, res, met, plots) -> int:
                for tj, why in res.skipped]
     if args.json:
         out = {**_header(trace, res), "metrics": met, "skipped_jobs": skipped[:100],
-               "plots": plots}
+               "plots": plots, "notes": res.notes}
         json.dump(out, sys.stdout, indent=2, default=str)
         sys.stdout.write("\n")
         return 0
@@ -194,6 +194,8 @@ def _report(args, trace, res, met, plots) -> int:
     print(f"trace    {h['trace']} ({h['format']})")
     print(f"machine  {h['machine']}")
     print(f"policy   {res.policy}")
+    for note in res.notes:
+        print(f"note     {note}")
     if trace.dropped:
         print("dropped  " + ", ".join(f"{v:,} {k}" for k, v in trace.dropped.items()))
     for s in skipped[:5]:

@@ -279,6 +279,13 @@ def run(
         if why is not None:
             note(jid, idx, why)
             continue
+        if backfill and cfg.bf_max_job_test and len(job.partitions) > 1:
+            # a partition that can never hold the job (-p a,b with a too small) does not
+            # spend the test budget: it would starve the partition that can
+            why = classify(job, pname)
+            if why != "Resources":
+                note(jid, idx, why)
+                continue
         tested += 1
         if backfill and cfg.bf_max_job_test and tested > cfg.bf_max_job_test:
             note(jid, idx, "Priority")

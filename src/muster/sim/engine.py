@@ -57,6 +57,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
+from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
 from muster.core.snapshot import RunningView
 from muster.lifecycle import job as lifecycle
 from muster.model.job import PENDING, Job
@@ -80,6 +81,11 @@ POLICIES: dict[str, dict] = {
                      "bf_max_job_test": 0},
     "config": {},
 }
+
+
+# fits_ever's reasons, in words
+_NEVER = {NEVER_BAD_CONFIG: "no node can hold it", NEVER_NODE_COUNT: "more nodes than there are",
+          NEVER_REQ_NODES: "requested nodes missing"}
 
 
 class SimError(RuntimeError):
@@ -132,6 +138,7 @@ class SimResult:
     gpu_free_partial: float = 0.0     # ∫ free GPUs on partially used nodes
     gpu_free_total: float = 0.0       # ∫ free GPUs
     states: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # config settings not modelled
     nodes: list[tuple[str, ...]] = field(default_factory=list)  # aligned with jobs: where each ran
 
 
@@ -171,6 +178,12 @@ class Simulator:
         self.cluster = cluster
         self.policy = policy
         self.cfg = sched_config_for(policy, sched or cluster.sched)
+        self.notes: list[str] = []  # settings of the config the replay does not model
+        if self.cfg.preempt_type not in ("preempt/none", "", None):
+            # a trace records one run per job: a preempted job has nothing to resume from
+            self.notes.append(f"PreemptType={self.cfg.preempt_type} is not simulated "
+                              "(no job is preempted)")
+            self.cfg = dataclasses.replace(self.cfg, preempt_type="preempt/none")
         self.part_names = tuple(p.name for p in cluster.partitions)
         self.depth = prune_depth(policy, self.cfg) if len(self.part_names) == 1 else NO_PRUNING
         self.accounts = None
@@ -245,8 +258,8 @@ class Simulator:
                 first = first or why
             why = None if why is None else first
             if why is not None:
-                self.skipped.append((tj, f"too large for the machine ({why})"
-                                     if not why.startswith("over") else why))
+                self.skipped.append((tj, why if why.startswith("over") else
+                                     f"too large for the machine ({_NEVER.get(why, why)})"))
                 continue
             self.jobs.append(tj)
             self.views[tj.job_id] = v
@@ -482,7 +495,7 @@ class Simulator:
                         wall_s=_time.perf_counter() - t_wall + self.setup_s, core_calls=core_calls,
                         core_s=core_s, events=events, series=series,
                         gpu_idle_waiting=idle_waiting, gpu_free_partial=free_partial,
-                        gpu_free_total=free_total, states=states)
+                        gpu_free_total=free_total, states=states, notes=self.notes)
         for k in killed:
             s = "TIMEOUT" if k else "COMPLETED"
             states[s] = states.get(s, 0) + 1
