@@ -2,6 +2,7 @@
 
     python bench/sim_speed.py                 # speed: full CTC under each policy the core offers
     python bench/sim_speed.py --validate      # RLScheduler protocol + full KTH/CTC/HPC2N replays
+    python bench/sim_speed.py --gpu           # GPU traces: ITP (peak-sized and a third), openb
     python bench/sim_speed.py --profile fifo  # cProfile of one full CTC replay (top 15)
 
 Each speed run is a fresh subprocess, so its peak RSS (ru_maxrss) is the replay's own;
@@ -83,6 +84,40 @@ def validate(seed: int = 0) -> None:
                   f"{m['killed_at_limit']:,} |")
 
 
+def gpu_table() -> None:
+    """GPU traces (docs/simulation.md, "GPU traces"): ITP clusters 04 and 08 on the
+    peak-sized machine and on a third of it, FIFO and EASY; the Alibaba openb pod list on its
+    own node list."""
+    import time
+
+    from muster.sim.replay import MachineSpec, replay_trace
+    from muster.sim.traces import read_trace
+
+    def row(label: str, tr, machine: MachineSpec, pol: str):
+        t0 = time.perf_counter()
+        res, m = replay_trace(tr, tr.jobs, pol, machine)
+        print(f"| {label}, {pol} | {res.cluster.describe().split(' [')[0]} | {m['jobs']:,} | "
+              f"{m['wait_mean_s']:,.0f} | {m['jct_mean_s']:,.0f} | {m['bounded_slowdown_mean']:,.1f} | "
+              f"{m['gpu_utilization']:.3f} | {m['gpu_idle_while_waiting']:.3f} | "
+              f"{m['gpu_free_on_partial_nodes']:.3f} | {time.perf_counter() - t0:.1f} s |", flush=True)
+        return res
+
+    print("| trace, policy | machine | jobs | mean wait (s) | mean JCT (s) | mean bsld | GPU util. "
+          "| GPUs idle while GPU jobs wait | free GPUs on partly used nodes | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for c in ("cluster04", "cluster08"):
+        tr = read_trace(f"{TRACES}/gpu/microsoft-itp-2021/{c}.csv.gz")
+        nodes = 0
+        for pol in ("fifo", "easy"):
+            nodes = len(row(f"ITP {c}", tr, MachineSpec(), pol).cluster.nodes)
+        third = MachineSpec(nodes=max(1, nodes // 3), gpus_per_node=8)
+        for pol in ("fifo", "easy"):
+            row(f"ITP {c}", tr, third, pol)
+    tr = read_trace(f"{TRACES}/gpu/alibaba-pai-2023/openb_pod_list_default.csv.gz")
+    for pol in ("fifo", "easy"):
+        row("Alibaba openb default", tr, MachineSpec(), pol)
+
+
 def profile(policy: str) -> None:
     import cProfile
     import pstats
@@ -100,12 +135,16 @@ def profile(policy: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--validate", action="store_true")
+    ap.add_argument("--gpu", action="store_true", help="the GPU-trace table of docs/simulation.md")
     ap.add_argument("--profile", metavar="POLICY")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policies", default=None, help="comma list (default: all available)")
     a = ap.parse_args()
     if a.validate:
         validate(a.seed)
+        return
+    if a.gpu:
+        gpu_table()
         return
     if a.profile:
         profile(a.profile)
