@@ -28,10 +28,9 @@ from muster.common import auth
 from muster.config import load
 from muster.controller import handlers, server
 from muster.controller import state as state_mod
-from muster.controller.scheduling import job_view
 from muster.model.job import PENDING
 from muster.sim.cluster import from_config
-from muster.sim.engine import POLICIES, Simulator
+from muster.sim.engine import Simulator
 from muster.sim.traces import TraceJob
 from muster.store.sqlite import SqliteStore
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from muster.controller.submit import expand_io_paths
-from muster.core import (JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever,
-                         schedule)
+from muster.core import JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever
 from muster.core.placement import NodeAlloc
 from muster.core.snapshot import RunningView
 from muster.lifecycle import deps as depmod
