@@ -27,8 +27,9 @@ import json, resource, sys, time
 from muster.sim.traces import read_trace
 from muster.sim.replay import MachineSpec, replay_trace
 path, policy = sys.argv[1], sys.argv[2]
+limit = int(sys.argv[3]) if len(sys.argv) > 3 else None
 t0 = time.perf_counter(); tr = read_trace(path); t_read = time.perf_counter() - t0
-res, m = replay_trace(tr, tr.jobs, policy, MachineSpec())
+res, m = replay_trace(tr, tr.jobs[:limit], policy, MachineSpec())
 print(json.dumps({"policy": policy, "jobs": m["jobs"], "read_s": t_read, "wall_s": res.wall_s,
                   "core_s": res.core_s, "core_calls": res.core_calls,
                   "jobs_per_s": m["jobs"] / res.wall_s, "bsld": m["bounded_slowdown_mean"],
@@ -37,10 +38,11 @@ print(json.dumps({"policy": policy, "jobs": m["jobs"], "read_s": t_read, "wall_s
 """
 
 
-def speed(policies: list[str], path: str = CTC) -> list[dict]:
+def speed(policies: list[str], path: str = CTC, jobs: int | None = None) -> list[dict]:
     out = []
     for pol in policies:
-        p = subprocess.run([sys.executable, "-c", _CHILD, path, pol], capture_output=True,
+        extra = [str(jobs)] if jobs else []
+        p = subprocess.run([sys.executable, "-c", _CHILD, path, pol, *extra], capture_output=True,
                            text=True, check=True)
         r = json.loads(p.stdout)
         out.append(r)
@@ -50,6 +52,26 @@ def speed(policies: list[str], path: str = CTC) -> list[dict]:
               f"  core {r['core_s']:.2f} s / {r['core_calls']:,} calls"
               f"  read {r['read_s']:.2f} s  peak RSS {r['peak_rss_mib']:.0f} MiB")
     return out
+
+
+def run(ctx) -> dict:
+    """Suite entry (bench/run.py): CTC under FIFO and EASY, one fresh process each (full trace;
+    --quick: its first 20,000 jobs). Goals: EASY ≥ 20,000 jobs/s; FIFO within 10× of EASY."""
+    from bench import common
+
+    jobs = 20_000 if ctx.quick else None
+    got = {r["policy"]: r for r in speed(["fifo", "easy"], jobs=jobs)}
+    rows = []
+    for pol in ("fifo", "easy"):
+        r = got[pol]
+        goal = ">= 20,000 jobs/s" if pol == "easy" else "within 10× of EASY's time"
+        met = (r["jobs_per_s"] >= 20_000 if pol == "easy"
+               else r["wall_s"] <= 10 * got["easy"]["wall_s"])
+        rows.append(common.row(f"{pol}: {r['jobs']:,} CTC jobs, jobs/s", r["jobs_per_s"],
+                               ACCASIM[pol], "AccaSim 1.1.3, recorded", goal, met, unit="jobs/s",
+                               note=f"{r['wall_s']:.2f} s, peak RSS {r['peak_rss_mib']:.0f} MiB"))
+    return {"rows": rows, "info": {p: {k: round(v, 3) if isinstance(v, float) else v
+                                        for k, v in r.items()} for p, r in got.items()}}
 
 
 def validate(seed: int = 0) -> None:
