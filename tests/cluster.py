@@ -7,11 +7,13 @@ PATH so Slurm's own commands in /usr/bin are never picked up by mistake.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
 import shutil
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -110,6 +112,12 @@ class Cluster:
                                  f"{tail(exc.stdout)}\n--- stderr ---\n{tail(exc.stderr)}") from None
         return Result(cp)
 
+    def ok(self, *argv: str, user: str | None = None) -> str:
+        """Run a command that must succeed; its stdout."""
+        r = self.run(list(argv), user=user)
+        assert r.rc == 0, r
+        return r.out
+
     def sbatch(self, *args: str, user: str | None = None, cwd: str | None = None,
                input: str | None = None, env: dict | None = None) -> int:
         r = self.run(["sbatch", "--parsable", *args], user=user, cwd=cwd, input=input, env=env)
@@ -189,3 +197,18 @@ def _alive(pid: int) -> bool:
             return fh.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+@contextlib.contextmanager
+def private_cluster(prefix: str, **kw):
+    """A cluster of its own (``Cluster(**kw)``) under ``/tmp/<prefix>…``: ``state/`` and a
+    world-writable ``work/`` (``c.workdir``); stopped and removed however the block ends."""
+    base = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(base, 0o755)
+    c = Cluster(os.path.join(base, "state"), **kw).up()
+    try:
+        c.workdir = shared_tmp(os.path.join(base, "work"))
+        yield c
+    finally:
+        c.down()
+        cleanup(base)

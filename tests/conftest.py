@@ -1,24 +1,18 @@
 import os
 import sys
-import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from cluster import TEST_USER, Cluster, cleanup, shared_tmp, user_exists  # noqa: E402
+from cluster import TEST_USER, private_cluster, user_exists  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def cluster():
     """One 4-node, 32-GPU cluster shared by the e2e tests (each test uses its own jobs)."""
-    base = tempfile.mkdtemp(prefix="muster-e2e-", dir="/tmp")
-    os.chmod(base, 0o755)
-    c = Cluster(os.path.join(base, "state")).up()
-    c.workdir = shared_tmp(os.path.join(base, "work"))
-    yield c
-    c.down()
-    cleanup(base)
+    with private_cluster("muster-e2e-") as c:
+        yield c
 
 
 @pytest.fixture

@@ -2,12 +2,11 @@
 default accounts at submit; sprio/sshare layouts; fair-share reorders two users' jobs."""
 
 import os
-import tempfile
 import time
 
 import pytest
 
-from cluster import TEST_USER, TEST_USER2, Cluster, cleanup, shared_tmp, user_exists, wait_for
+from cluster import TEST_USER, TEST_USER2, private_cluster, user_exists, wait_for
 
 CONF = ("AccountingStorageEnforce=associations,limits,qos\n"
         "PriorityWeightFairShare=10000\nPriorityWeightPartition=1000\n"
@@ -18,20 +17,9 @@ CONF = ("AccountingStorageEnforce=associations,limits,qos\n"
 def c():
     if os.getuid() != 0 or not (user_exists(TEST_USER) and user_exists(TEST_USER2)):
         pytest.skip("needs root and the two test users")
-    base = tempfile.mkdtemp(prefix="muster-acct-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=1, gpus=0, cpus=4, partitions="gpu",
-                 extra_conf=CONF).up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-acct-", nodes=1, gpus=0, cpus=4, partitions="gpu", extra_conf=CONF) as cl:
+        yield cl
 
-
-def ok(c, *argv, user=None):
-    r = c.run(list(argv), user=user)
-    assert r.rc == 0, r
-    return r.out
 
 
 def queue(c, jid, fmt):
@@ -43,25 +31,25 @@ def test_fresh_cluster_accepts_jobs_and_sacctmgr_manages_associations(c):
     # nothing configured yet: the old default accounts still work
     jid = c.sbatch("--wrap", "true", user=TEST_USER, cwd=w)
     assert queue(c, jid, "%a") in ("default", "")
-    assert "Adding Account(s)" in ok(c, "sacctmgr", "-i", "add", "account", "research",
+    assert "Adding Account(s)" in c.ok("sacctmgr", "-i", "add", "account", "research",
                                       "Fairshare=60", "Description=Research")
-    ok(c, "sacctmgr", "-i", "add", "account", "prod", "Fairshare=40")
+    c.ok("sacctmgr", "-i", "add", "account", "prod", "Fairshare=40")
     assert " Nothing new added." in c.run(["sacctmgr", "-i", "add", "account", "prod"]).out
-    ok(c, "sacctmgr", "-i", "add", "user", TEST_USER, "Account=research")
-    ok(c, "sacctmgr", "-i", "add", "user", TEST_USER2, "DefaultAccount=prod")
-    out = ok(c, "sacctmgr", "show", "assoc", "format=cluster,account,user,share,qos")
+    c.ok("sacctmgr", "-i", "add", "user", TEST_USER, "Account=research")
+    c.ok("sacctmgr", "-i", "add", "user", TEST_USER2, "DefaultAccount=prod")
+    out = c.ok("sacctmgr", "show", "assoc", "format=cluster,account,user,share,qos")
     lines = out.splitlines()
     assert lines[0] == "   Cluster    Account       User     Share                  QOS "
     assert lines[1] == "---------- ---------- ---------- --------- -------------------- "
     body = [" ".join(ln.split()) for ln in lines[2:]]
     assert body[:2] == ["muster root 1 normal", "muster root root 1 normal"]
     assert "muster research 60 normal" in body and "muster prod 40 normal" in body
-    p = ok(c, "sacctmgr", "-n", "-P", "show", "user", "format=user,defaultaccount")
+    p = c.ok("sacctmgr", "-n", "-P", "show", "user", "format=user,defaultaccount")
     assert f"{TEST_USER}|research" in p.splitlines()
     # durable: a controller restart keeps them
     from cluster import restart_controller
     restart_controller(c)
-    assert "research" in ok(c, "sacctmgr", "-n", "-P", "show", "account", "format=account")
+    assert "research" in c.ok("sacctmgr", "-n", "-P", "show", "account", "format=account")
     # non-operators may not change anything
     r = c.run(["sacctmgr", "-i", "add", "account", "evil"], user=TEST_USER)
     assert r.rc == 1 and "privilege" in r.err
@@ -75,11 +63,11 @@ def test_association_enforcement_and_default_account(c):
     r = c.run(["sbatch", "-A", "prod", "--wrap", "true"], user=TEST_USER, cwd=w)
     assert r.rc != 0
     assert "Invalid account or account/partition combination specified" in r.err
-    ok(c, "sacctmgr", "-i", "add", "user", "nobody", "Account=prod")
-    ok(c, "sacctmgr", "-i", "delete", "user", "nobody")
-    assert "nobody" not in ok(c, "sacctmgr", "-n", "-P", "show", "user", "format=user")
-    ok(c, "sacctmgr", "-i", "modify", "account", "where", "name=prod", "set", "Fairshare=50")
-    assert "50" in ok(c, "sacctmgr", "-n", "-P", "show", "assoc", "where", "account=prod",
+    c.ok("sacctmgr", "-i", "add", "user", "nobody", "Account=prod")
+    c.ok("sacctmgr", "-i", "delete", "user", "nobody")
+    assert "nobody" not in c.ok("sacctmgr", "-n", "-P", "show", "user", "format=user")
+    c.ok("sacctmgr", "-i", "modify", "account", "where", "name=prod", "set", "Fairshare=50")
+    assert "50" in c.ok("sacctmgr", "-n", "-P", "show", "assoc", "where", "account=prod",
                       "format=account,user,share").splitlines()[0]
     r = c.run(["sbatch", "-q", "nosuchqos", "--wrap", "true"], user=TEST_USER, cwd=w)
     assert r.rc != 0 and "Invalid qos specification" in r.err
@@ -91,10 +79,10 @@ def test_sprio_sshare_layout_and_fairshare_reorders_pending_jobs(c):
     u = c.sbatch("-n", "4", "--wrap", "sleep 3", user=TEST_USER, cwd=w)
     c.wait_done(u)
     wait_for(lambda: any(line.split("|")[1] == TEST_USER and int(line.split("|")[2]) > 0
-                         for line in ok(c, "sshare", "-a", "-n", "-P", "-o",
+                         for line in c.ok("sshare", "-a", "-n", "-P", "-o",
                                         "account,user,rawusage").splitlines()),
              what="usage recorded")
-    sh = ok(c, "sshare", "-a").splitlines()
+    sh = c.ok("sshare", "-a").splitlines()
     assert sh[0].startswith("Account                    User  RawShares  NormShares")
     assert sh[2].startswith("root ")
     assert any(line.startswith("  research") and TEST_USER[:10] in line for line in sh)
@@ -107,14 +95,14 @@ def test_sprio_sshare_layout_and_fairshare_reorders_pending_jobs(c):
     wait_for(lambda: queue(c, a, "%Q") not in ("", "1") and queue(c, b, "%Q") not in ("", "1"),
              what="priorities computed")
     assert int(queue(c, b, "%Q")) > int(queue(c, a, "%Q"))
-    out = ok(c, "sprio").splitlines()
+    out = c.ok("sprio").splitlines()
     assert out[0] == ("          JOBID PARTITION   PRIORITY       SITE        AGE  FAIRSHARE"
                       "  PARTITION        QOS")
     assert any(line.split()[0] == str(b) for line in out[1:])
-    lng = ok(c, "sprio", "-l").splitlines()[0]
+    lng = c.ok("sprio", "-l").splitlines()[0]
     assert lng.split() == ["JOBID", "PARTITION", "USER", "PRIORITY", "SITE", "AGE", "ASSOC",
                            "FAIRSHARE", "JOBSIZE", "PARTITION", "QOS", "NICE", "TRES"]
-    wt = ok(c, "sprio", "-w").splitlines()[1].split()
+    wt = c.ok("sprio", "-w").splitlines()[1].split()
     assert wt[0] == "Weights" and wt[1:] == ["1", "1000", "10000", "1000", "1000"]
     c.wait_done(b, timeout=60)
     c.wait_done(a, timeout=60)

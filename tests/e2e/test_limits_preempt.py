@@ -3,11 +3,10 @@ high-priority QOS job requeues a running low-priority job, which keeps its id an
 again later."""
 
 import os
-import tempfile
 
 import pytest
 
-from cluster import TEST_USER, Cluster, cleanup, shared_tmp, user_exists, wait_for
+from cluster import TEST_USER, private_cluster, user_exists, wait_for
 
 CONF = ("AccountingStorageEnforce=limits\nPreemptType=preempt/qos\nPreemptMode=REQUEUE\n")
 
@@ -16,20 +15,9 @@ CONF = ("AccountingStorageEnforce=limits\nPreemptType=preempt/qos\nPreemptMode=R
 def c():
     if os.getuid() != 0 or not user_exists(TEST_USER):
         pytest.skip("needs root and the test user")
-    base = tempfile.mkdtemp(prefix="muster-limits-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=1, gpus=4, cpus=8, partitions="gpu",
-                 extra_conf=CONF).up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-limits-", nodes=1, gpus=4, cpus=8, partitions="gpu", extra_conf=CONF) as cl:
+        yield cl
 
-
-def ok(c, *argv):
-    r = c.run(list(argv))
-    assert r.rc == 0, r
-    return r.out
 
 
 def sq(c, jid, fmt):
@@ -38,16 +26,16 @@ def sq(c, jid, fmt):
 
 def test_qos_limit_gives_pending_reason(c):
     w = c.workdir
-    ok(c, "sacctmgr", "-i", "add", "qos", "capped", "MaxTRESPerUser=gres/gpu=2",
+    c.ok("sacctmgr", "-i", "add", "qos", "capped", "MaxTRESPerUser=gres/gpu=2",
        "MaxJobsPerUser=5")
     a = c.sbatch("-q", "capped", "--gres=gpu:2", "--wrap", "sleep 8", user=TEST_USER, cwd=w)
     c.wait_state(a, "RUNNING")
     b = c.sbatch("-q", "capped", "--gres=gpu:1", "--wrap", "true", user=TEST_USER, cwd=w)
     wait_for(lambda: sq(c, b, "%r") == "QOSMaxGRESPerUser", what="QOS reason")
-    ok(c, "sacctmgr", "-i", "modify", "qos", "capped", "set", "MaxJobsPerUser=1",
+    c.ok("sacctmgr", "-i", "modify", "qos", "capped", "set", "MaxJobsPerUser=1",
        "MaxTRESPerUser=gres/gpu=-1")
     wait_for(lambda: sq(c, b, "%r") == "QOSMaxJobsPerUserLimit", what="jobs-per-user reason")
-    ok(c, "sacctmgr", "-i", "modify", "qos", "capped", "set", "MaxSubmitJobsPerUser=2")
+    c.ok("sacctmgr", "-i", "modify", "qos", "capped", "set", "MaxSubmitJobsPerUser=2")
     r = c.run(["sbatch", "-q", "capped", "--wrap", "true"], user=TEST_USER, cwd=w)
     assert r.rc != 0 and "Job violates accounting/QOS policy" in r.err
     assert c.wait_done(b, timeout=60) == "COMPLETED"
@@ -55,7 +43,7 @@ def test_qos_limit_gives_pending_reason(c):
 
 def test_preemption_requeues_the_victim_under_its_id(c):
     w = c.workdir
-    ok(c, "sacctmgr", "-i", "add", "qos", "urgent", "Priority=1000", "Preempt=normal")
+    c.ok("sacctmgr", "-i", "add", "qos", "urgent", "Priority=1000", "Preempt=normal")
     low = c.sbatch("--gres=gpu:4", "-n", "8", "--wrap", "sleep 4; echo run", user=TEST_USER, cwd=w)
     c.wait_state(low, "RUNNING")
     high = c.sbatch("-q", "urgent", "--gres=gpu:4", "-n", "8", "--wrap", "sleep 2", cwd=w)

@@ -3,30 +3,19 @@ admits its users (--reservation), a MAINT reservation shows Slurm's reason, and
 reservations are durable and deletable."""
 
 import os
-import tempfile
 
 import pytest
 
-from cluster import TEST_USER, Cluster, cleanup, shared_tmp, user_exists, wait_for
+from cluster import TEST_USER, private_cluster, user_exists, wait_for
 
 
 @pytest.fixture(scope="module")
 def c():
     if os.getuid() != 0 or not user_exists(TEST_USER):
         pytest.skip("needs root and the test user")
-    base = tempfile.mkdtemp(prefix="muster-resv-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=2, gpus=2, cpus=4, partitions="gpu").up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-resv-", nodes=2, gpus=2, cpus=4, partitions="gpu") as cl:
+        yield cl
 
-
-def ok(c, *argv, user=None):
-    r = c.run(list(argv), user=user)
-    assert r.rc == 0, r
-    return r.out
 
 
 def reason(c, jid):
@@ -35,10 +24,10 @@ def reason(c, jid):
 
 def test_reservation_blocks_others_and_admits_its_users(c):
     w = c.workdir
-    out = ok(c, "scontrol", "create", "reservation", "ReservationName=train", "StartTime=now",
+    out = c.ok("scontrol", "create", "reservation", "ReservationName=train", "StartTime=now",
              "Duration=30", f"Users={TEST_USER}", "Nodes=node1")
     assert out.strip() == "Reservation created: train"
-    show = ok(c, "scontrol", "show", "reservation", "train")
+    show = c.ok("scontrol", "show", "reservation", "train")
     assert show.startswith("ReservationName=train StartTime=")
     assert "Nodes=node1 NodeCnt=1 CoreCnt=4" in show and f"Users={TEST_USER}" in show
     assert "State=ACTIVE" in show
@@ -59,9 +48,9 @@ def test_reservation_blocks_others_and_admits_its_users(c):
         if False else c.run(["sbatch", "--reservation=nosuch", "--wrap", "true"], cwd=w)
     assert r.rc != 0 and "Requested reservation is invalid" in r.err
     # deleting it frees the node
-    ok(c, "scontrol", "delete", "ReservationName=train")
+    c.ok("scontrol", "delete", "ReservationName=train")
     assert c.wait_done(other) == "COMPLETED"
-    assert "No reservations in the system" in ok(c, "scontrol", "show", "reservation")
+    assert "No reservations in the system" in c.ok("scontrol", "show", "reservation")
 
 
 def test_maintenance_reservation_and_durability(c):
@@ -72,17 +61,17 @@ def test_maintenance_reservation_and_durability(c):
     r = c.run(["scontrol", "create", "reservation", "ReservationName=m1", "StartTime=now",
                "Duration=10", "Users=root", "Nodes=node2", "Flags=MAINT"])
     assert r.rc == 1 and "Requested nodes are busy" in r.err
-    ok(c, "scontrol", "create", "reservation", "ReservationName=m1", "StartTime=now",
+    c.ok("scontrol", "create", "reservation", "ReservationName=m1", "StartTime=now",
        "Duration=10", "Users=root", "Nodes=node2", "Flags=MAINT,IGNORE_JOBS")
     from cluster import restart_controller
     restart_controller(c)
-    show = ok(c, "scontrol", "show", "reservation", "m1")
+    show = c.ok("scontrol", "show", "reservation", "m1")
     assert "Flags=MAINT,IGNORE_JOBS" in show
     j = c.sbatch("-w", "node2", "--wrap", "true", user=TEST_USER, cwd=w)
     wait_for(lambda: reason(c, j) == "(ReqNodeNotAvail, Reserved for maintenance)",
              what="maintenance reason")
-    ok(c, "scontrol", "update", "ReservationName=m1", f"Users+={TEST_USER}")
-    assert f"Users=root,{TEST_USER}" in ok(c, "scontrol", "show", "reservation", "m1")
-    ok(c, "scontrol", "delete", "reservation", "m1")
-    ok(c, "scancel", str(busy))
+    c.ok("scontrol", "update", "ReservationName=m1", f"Users+={TEST_USER}")
+    assert f"Users=root,{TEST_USER}" in c.ok("scontrol", "show", "reservation", "m1")
+    c.ok("scontrol", "delete", "reservation", "m1")
+    c.ok("scancel", str(busy))
     assert c.wait_done(j, timeout=60) == "COMPLETED"

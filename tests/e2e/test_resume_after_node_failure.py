@@ -4,12 +4,11 @@ checkpoint and ends COMPLETED with parameters bit-identical to an uninterrupted 
 
 import os
 import signal
-import tempfile
 import time
 
 import pytest
 
-from cluster import Cluster, cleanup, shared_tmp, wait_for
+from cluster import private_cluster, wait_for
 
 torch = pytest.importorskip("torch", reason="torch is a test dependency (pyproject [test])")
 
@@ -18,13 +17,8 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "check
 
 @pytest.fixture
 def c():
-    base = tempfile.mkdtemp(prefix="muster-resume-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=3, cpus=4).up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-resume-", nodes=3, cpus=4) as cl:
+        yield cl
 
 
 def _script(c, name: str, steps: int, sleep: float) -> str:

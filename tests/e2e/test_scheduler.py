@@ -2,24 +2,17 @@
 for its reserved start, a short evaluation job starts at once on idle GPUs, a longer one that
 would delay the training job does not, and the training job starts no later than expected."""
 
-import os
-import tempfile
 import time
 
 import pytest
 
-from cluster import Cluster, cleanup, shared_tmp, wait_for
+from cluster import private_cluster, wait_for
 
 
 @pytest.fixture
 def c():
-    base = tempfile.mkdtemp(prefix="muster-sched-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=2, gpus=8, cpus=16).up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-sched-", nodes=2, gpus=8, cpus=16) as cl:
+        yield cl
 
 
 def field(c, jid, fmt):

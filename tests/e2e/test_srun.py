@@ -9,12 +9,11 @@ import os
 import re
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from cluster import Cluster, cleanup, shared_tmp, wait_for
+from cluster import private_cluster, wait_for
 
 
 def read(path):
@@ -397,13 +396,8 @@ def test_scancel_of_running_srun_job(cluster, workdir):
 
 @pytest.fixture
 def own_cluster():
-    base = tempfile.mkdtemp(prefix="muster-srun-", dir="/tmp")
-    os.chmod(base, 0o755)
-    c = Cluster(os.path.join(base, "state"), nodes=2, cpus=4).up()
-    c.workdir = shared_tmp(os.path.join(base, "work"))
-    yield c
-    c.down()
-    cleanup(base)
+    with private_cluster("muster-srun-", nodes=2, cpus=4) as c:
+        yield c
 
 
 def _env_of(pid):

@@ -3,24 +3,18 @@ keep running while it is away (agents reconcile when it returns)."""
 
 import os
 import subprocess
-import tempfile
 import threading
 import time
 
 import pytest
 
-from cluster import Cluster, cleanup, restart_controller, shared_tmp, wait_for
+from cluster import private_cluster, restart_controller, wait_for
 
 
 @pytest.fixture
 def own_cluster():
-    base = tempfile.mkdtemp(prefix="muster-crash-", dir="/tmp")
-    os.chmod(base, 0o755)
-    c = Cluster(os.path.join(base, "state"), nodes=2, cpus=8).up()
-    c.workdir = shared_tmp(os.path.join(base, "work"))
-    yield c
-    c.down()
-    cleanup(base)
+    with private_cluster("muster-crash-", nodes=2, cpus=8) as c:
+        yield c
 
 
 def test_sigkill_during_submission_burst(own_cluster):

@@ -5,24 +5,17 @@ comes back its agent kills what the controller no longer runs there."""
 import os
 import signal
 import subprocess
-import tempfile
 import time
 
 import pytest
 
-from cluster import BIN, Cluster, _alive, cleanup, shared_tmp, wait_for
+from cluster import BIN, _alive, private_cluster, wait_for
 
 
 @pytest.fixture
 def c():
-    base = tempfile.mkdtemp(prefix="muster-nf-", dir="/tmp")
-    os.chmod(base, 0o755)
-    cl = Cluster(os.path.join(base, "state"), nodes=3, cpus=4,
-                 extra_conf="SlurmdTimeout=3\nSchedulerParameters=requeue_delay=1").up()
-    cl.workdir = shared_tmp(os.path.join(base, "work"))
-    yield cl
-    cl.down()
-    cleanup(base)
+    with private_cluster("muster-nf-", nodes=3, cpus=4, extra_conf="SlurmdTimeout=3\nSchedulerParameters=requeue_delay=1") as cl:
+        yield cl
 
 
 def kill_node(c, node: str) -> None:
