@@ -136,16 +136,21 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of,
 
 
 def run_sim(conf: str, jobs: list[TraceJob], policy: str,
-            partitions: str | None = None) -> dict[int, tuple[int, tuple]]:
+            partitions: str | None = None, core: str | None = None) -> dict[int, tuple[int, tuple]]:
     res = Simulator(from_config(conf, partition=partitions), jobs, policy).run()
     assert not res.skipped
+    if core is not None:
+        assert res.core == core
     return {tj.job_id: (s, nodes) for tj, s, nodes in zip(res.jobs, res.start, res.nodes)}
 
 
 @st.composite
-def workloads(draw, max_jobs=14):
-    gpus = draw(st.sampled_from([0, 0, 2, 4]))
-    nodes = [(draw(st.sampled_from([2, 4, 8])), gpus) for _ in range(draw(st.integers(1, 4)))]
+def workloads(draw, max_jobs=14, pooled=False):
+    """``pooled``: one node without GPUs (the incremental pooled scheduler's scope)."""
+    gpus = 0 if pooled else draw(st.sampled_from([0, 0, 2, 4]))
+    count = 1 if pooled else draw(st.integers(1, 4))
+    nodes = [(draw(st.sampled_from([2, 4, 8, 16] if pooled else [2, 4, 8])), gpus)
+             for _ in range(count)]
     max_cpus = max(c for c, _ in nodes)
     n = draw(st.integers(1, max_jobs))
     t, jobs = 0, []
@@ -188,7 +193,8 @@ def site_settings(draw):
     return "\n".join(lines)
 
 
-def check_same(work, policy, settings_text: str = "", split: bool = False):
+def check_same(work, policy, settings_text: str = "", split: bool = False,
+               core: str | None = None):
     nodes, jobs = work
     parts = "short,sim" if split else None
     d = tempfile.mkdtemp(prefix="muster-simcheck-")
@@ -202,7 +208,7 @@ def check_same(work, policy, settings_text: str = "", split: bool = False):
         jobs = [TraceJob(i, j.submit, j.run, j.limit, j.cpus, j.gpus,
                          user=str(60000 + int(j.user[1:])))
                 for i, j in enumerate(kept, 1)]
-        sim = run_sim(conf, jobs, policy, parts)
+        sim = run_sim(conf, jobs, policy, parts, core)
         live = run_controller(conf, jobs, lambda tj: int(tj.user), parts)
         assert live == sim
     finally:
@@ -224,6 +230,14 @@ def test_same_decisions_with_long_queues(work, policy):
     """Queues long enough for the simulator's pruning (reservation holders, later jobs that
     fit, arrival-only passes) to matter."""
     check_same(work, policy)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(max_jobs=40, pooled=True), st.sampled_from(["fifo", "easy"]))
+def test_same_decisions_by_the_pooled_scheduler(work, policy):
+    """One node of pooled CPUs under FIFO or EASY: the simulator's incremental
+    PooledScheduler (told only arrivals and ends) against the controller's full passes."""
+    check_same(work, policy, core="pooled")
 
 
 @settings(max_examples=200, deadline=None)

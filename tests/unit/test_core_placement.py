@@ -152,3 +152,35 @@ def test_fits_ever_ignores_current_use_and_state():
     busy = [node("n1", cpus_used=16, mem_used=64000, usable=False)]
     assert place(job(1), busy, CFG) is None
     assert fits_ever(job(1, cpus_per_task=16), busy, CFG) is None
+
+
+def test_request_key_covers_every_field_the_normalisation_reads():
+    """Changing any JobView field outside request_key leaves request_of unchanged, and every
+    field inside it changes the key (the pooled scheduler memoises shapes by it)."""
+    import dataclasses
+
+    from muster.core.placement import _normalise, request_key
+    from muster.core.snapshot import JobView
+
+    base = JobView(job_id=1, ntasks=4, cpus_per_task=2, mem_per_cpu=3, gpus_per_node=1,
+                   gpu_type="a100", nodes_max=2, ntasks_per_node=2)
+    cfg = dataclasses.replace(CFG, def_mem_per_cpu=7, def_mem_per_gpu=5)
+    changed = {"job_id": 2, "priority": 9, "submit_time": 5, "partitions": ("x",), "nodes_min": 2,
+               "nodes_max": 3, "ntasks": 6, "ntasks_per_node": 3, "cpus_per_task": 1,
+               "mem_per_node": 0, "mem_per_cpu": 4, "mem_per_gpu": 6, "gpus_per_node": 2,
+               "gpus_total": 3, "gpus_per_task": 1, "gpu_type": "h100",
+               "req_nodes": frozenset({"n1"}), "exc_nodes": frozenset({"n2"}), "exclusive": True,
+               "time_limit": 5, "blocked": "Dependency", "max_starts": 3, "user": "u",
+               "group": "g", "account": "a", "qos": "q", "time_min": 2, "switches": 1,
+               "switch_wait": 9, "features": frozenset({"f"}), "reservation": "r", "nice": 3,
+               "eligible_time": 4, "fixed_priority": True, "requeue": False}
+    assert set(changed) == {f.name for f in dataclasses.fields(JobView)}
+    for name, value in changed.items():
+        other = dataclasses.replace(base, **{name: value})
+        same_key = request_key(other) == request_key(base)
+        if _normalise(other, cfg) != _normalise(base, cfg):
+            assert not same_key, f"request_key misses {name}"
+    # and the fields in the key all matter to some request
+    for name in ("cpus_per_task", "nodes_min", "mem_per_cpu", "gpus_per_node", "exclusive"):
+        other = dataclasses.replace(base, **{name: changed[name]})
+        assert request_key(other) != request_key(base)

@@ -142,6 +142,14 @@ def request_of(job: JobView, cfg: SchedConfig) -> Request:
     return rq
 
 
+def request_key(job: JobView) -> tuple:
+    """Every field of ``job`` that :func:`request_of` reads: equal keys, equal requests
+    under the same config (tests/unit/test_core_placement.py perturbs every other field)."""
+    return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
+            job.gpus_per_task, job.gpus_per_node, job.gpus_total, job.mem_per_node,
+            job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive)
+
+
 def _normalise(job: JobView, cfg: SchedConfig) -> Request:
     cpt = max(1, job.cpus_per_task)
     lo = max(1, job.nodes_min)

@@ -2,17 +2,24 @@
 
 Loop (one iteration per distinct event time ``t``)::
 
-    completions at t  → lifecycle.finish, resources back to the node views
+    completions at t  → lifecycle.finish, the backend gets the resources back
     arrivals at t     → a Job record (PENDING) and its immutable JobView, queued
-    could anything start?  no → next event time
-    yes → core.schedule(Snapshot(now=t, nodes, pending=<pruned queue>, [running]), cfg)
-        → every Start: lifecycle.start, node views updated, completion event pushed at
+    backend.decide(t) → the core's starts now
+        → every Start: lifecycle.start, completion event pushed at
           min(t + run, the limit lifecycle set)   (a job is killed at its limit)
 
-Same code as the controller: :func:`muster.core.schedule` decides, :mod:`muster.lifecycle.job`
-changes job state; the engine only plays the shell (``plan_apply``) and the clock.
+Same code as the controller: the core decides, :mod:`muster.lifecycle.job` changes job
+state; the engine only plays the shell (``plan_apply``) and the clock. Two backends hold
+the core's input:
 
-Why it is fast (and still exact):
+* ``_PooledBackend`` — one node of fungible CPUs (SWF traces: processors pooled), FIFO or
+  EASY, flat priority: :class:`muster.core.pooled.PooledScheduler`, the core's incremental
+  scheduler, told each arrival and end. It makes ``schedule()``'s decisions (a property
+  test, and full replays of every SWF trace compared job by job) at a few µs a pass.
+* ``_CoreBackend`` — everything else: :func:`muster.core.schedule` on a Snapshot the engine
+  keeps, pruned as below.
+
+Why ``_CoreBackend`` is fast (and still exact):
 
 * Events are a heap of completions plus a pointer into the submit-sorted trace; all events of
   one instant are applied before one scheduling pass.
@@ -58,6 +65,7 @@ from dataclasses import dataclass, field
 
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
 from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
+from muster.core.pooled import PooledScheduler
 from muster.core.snapshot import RunningView
 from muster.lifecycle import job as lifecycle
 from muster.model.job import PENDING, Job
@@ -140,6 +148,7 @@ class SimResult:
     states: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # config settings not modelled
     nodes: list[tuple[str, ...]] = field(default_factory=list)  # aligned with jobs: where each ran
+    core: str = "schedule"  # "pooled": the incremental PooledScheduler made the decisions
 
 
 def _new_job(tj: TraceJob) -> Job:
@@ -174,7 +183,10 @@ class Simulator:
     def __init__(self, cluster: SimCluster, jobs: Sequence[TraceJob], policy: str = "fifo", *,
                  sched: SchedConfig | None = None, record_series: bool = False,
                  progress: Callable[[int, int], None] | None = None,
-                 core: Callable = schedule) -> None:
+                 core: Callable = schedule, pooled: bool | None = None) -> None:
+        """``pooled``: None = the incremental :class:`PooledScheduler` whenever the cluster,
+        the settings and every job are in its scope (its decisions are ``schedule()``'s);
+        False = always ``core`` on snapshots; True = the pooled one or ValueError."""
         self.cluster = cluster
         self.policy = policy
         self.cfg = sched_config_for(policy, sched or cluster.sched)
@@ -198,12 +210,28 @@ class Simulator:
         self.record_series = record_series
         self.progress = progress
         self.core = core
+        self.pooled: PooledScheduler | None = None
+        why = "a custom core" if core is not schedule else self._pooled_scope()
         self.gpu = cluster.total_gpus > 0
         self.skipped: list[tuple[TraceJob, str]] = []
         self.jobs: list[TraceJob] = []
         t0 = _time.perf_counter()
         self._screen(jobs)
+        if why is None and pooled is not False:
+            why = next((w for v in self.views.values() if (w := self.pooled.admit(v))), None)
+        if why is not None or pooled is False:
+            if pooled:
+                raise ValueError(f"the pooled scheduler does not apply: {why}")
+            self.pooled = None
         self.setup_s = _time.perf_counter() - t0
+
+    def _pooled_scope(self) -> str | None:
+        """Set up the pooled scheduler if the cluster and settings are in its scope."""
+        cl = self.cluster
+        why = PooledScheduler.unsupported(cl.nodes, cl.partitions, self.cfg)
+        if why is None:
+            self.pooled = PooledScheduler(cl.nodes[0], cl.partitions[0], self.cfg)
+        return why
 
     # ---- set-up -----------------------------------------------------------------------
     def _view(self, tj: TraceJob) -> JobView:
@@ -275,114 +303,26 @@ class Simulator:
         killed = [False] * n
         ran_on: list[tuple[str, ...]] = [()] * n
         records: dict[int, Job] = {}
-        views = self.views
         cfg = self.cfg
-        part = self.cluster.partitions
-        nodes = list(self.cluster.nodes)
-        index = {nd.name: i for i, nd in enumerate(nodes)}
-        nodes_t = tuple(nodes)
-        dirty = False
         gpu = self.gpu
-        size_of = (lambda tj: tj.gpus) if gpu else (lambda tj: tj.cpus)
-        free_c = sum(nd.cpus for nd in nodes)
-        free_g = sum(nd.gpus for nd in nodes)
-        total_g = free_g
-        partial_free = 0  # free GPUs on nodes that are partly used
-        pending: dict[int, TraceJob] = {}
-        sizes: list[tuple[int, int]] = []  # (size, job_id) of pending jobs, for backfill
-        pending_gpu_jobs = 0
-        # False while no job has ended since the last core call; then a waiting job after
-        # the reservations that the core could not start then cannot start now
-        retest = True
-        fresh: list[int] = []  # this instant's arrivals
-        exact_memo = self.depth is not None and self.depth > 0
-        running_views: dict[int, object] = {}
+        backend = _PooledBackend(self) if self.pooled else _CoreBackend(self)
+        pending = backend.pending
+        total_g = self.cluster.total_gpus
+        used_c = used_g = 0
         heap: list[tuple[int, int]] = []  # (end time, job id)
-        depth = self.depth
-        core = self.core
-        # running jobs matter only to backfill (the main scheduler ignores them)
-        with_running = cfg.backfill
-        use_sizes = depth is None or depth > 0  # the size index of the backfill pruning
         accounts = self.accounts
         if accounts is not None:
             from muster.controller.scheduling import accounting_inputs
-        extra: dict = {}
         series = [] if self.record_series else None
         idle_waiting = free_partial = free_total = 0.0
-        core_calls, core_s, events = 0, 0.0, 0
+        events = 0
         nxt = 0
         last_t = jobs[0].submit if jobs else 0
         progress = self.progress
         done = 0
         tick = max(1, n // 200)
         SIGKILL = int(_signal.SIGKILL)
-
-        def fits(tj: TraceJob) -> bool:
-            return tj.cpus <= free_c and tj.gpus <= free_g
-
-        def node_change(i: int, dc: int, dm: int, gpus_out: tuple[int, ...], gpus_in: tuple[int, ...]) -> None:
-            nonlocal partial_free
-            nd = nodes[i]
-            gf = nd.gpus_free
-            if gpus_out:
-                taken = set(gpus_out)
-                if not taken <= set(gf):
-                    raise SimError(f"GPUs {sorted(taken - set(gf))} of {nd.name} are not free")
-                gf = tuple(g for g in gf if g not in taken)
-            if gpus_in:
-                gf = tuple(sorted(gf + gpus_in))
-            cf, mf = nd.cpus_free + dc, nd.mem_free + dm
-            if cf < 0 or mf < 0 or cf > nd.cpus or mf > nd.mem or len(gf) > nd.gpus:
-                raise SimError(f"node {nd.name} over- or under-allocated: cpus_free={cf} "
-                               f"mem_free={mf} gpus_free={gf}")
-            if nd.gpus:
-                old, new = len(nd.gpus_free), len(gf)
-                partial_free += (new if 0 < new < nd.gpus else 0) - (old if 0 < old < nd.gpus else 0)
-            nodes[i] = NodeView(nd.name, nd.index, nd.partitions, nd.cpus, cf, nd.mem, mf,
-                                nd.gpus, gf, nd.gpu_type, nd.usable, nd.weight)
-
-        def queue_for_core(new_fit: bool, freed: bool) -> tuple[JobView, ...] | None:
-            """The pruned queue (see module doc), or None when nothing could start."""
-            if not pending:
-                return None
-            if depth == NO_PRUNING:
-                return tuple(views[j] for j in pending)
-            if depth == 0:
-                out, c, g = [], free_c, free_g
-                for jid, tj in pending.items():
-                    c -= tj.cpus
-                    g -= tj.gpus
-                    if c < 0 or g < 0:
-                        break
-                    out.append(views[jid])
-                return tuple(out) if out else None
-            if not freed and not new_fit:
-                return None
-            if depth is None:
-                if not sizes or sizes[0][0] > (free_g if gpu else free_c):
-                    return None
-                return tuple(views[j] for j in pending)
-            out, blockers, last, any_fit = [], 0, 0, False
-            for jid, tj in pending.items():
-                out.append(views[jid])
-                last = jid
-                if fits(tj):
-                    any_fit = True
-                else:
-                    blockers += 1
-                    if blockers >= depth:
-                        break
-            else:
-                return tuple(out) if any_fit else None
-            if freed or retest:
-                hi = bisect_right(sizes, ((free_g if gpu else free_c), 1 << 62))
-                later = sorted(jid for _, jid in sizes[:hi] if jid > last and fits(pending[jid]))
-            else:  # only this instant's arrivals can start (module doc)
-                later = sorted(jid for jid in fresh if jid > last and fits(pending[jid]))
-            if not later and not any_fit:
-                return None
-            out.extend(views[j] for j in later)
-            return tuple(out)
+        finish, begin, push, pop = lifecycle.finish, lifecycle.start, heapq.heappush, heapq.heappop
 
         while nxt < n or heap:
             t = heap[0][0] if heap else jobs[nxt].submit
@@ -390,113 +330,274 @@ class Simulator:
                 t = jobs[nxt].submit
             dt = t - last_t
             if dt > 0 and gpu:
+                free_g = total_g - used_g
                 free_total += dt * free_g
-                free_partial += dt * partial_free
-                if pending_gpu_jobs:
+                free_partial += dt * backend.partial_free
+                if backend.pending_gpu_jobs:
                     idle_waiting += dt * free_g
             last_t = t
-            freed = False
             while heap and heap[0][0] == t:
-                _, jid = heapq.heappop(heap)
+                _, jid = pop(heap)
                 rec = records.pop(jid)
                 i = pos[jid]
                 timed_out = killed[i]
-                lifecycle.finish(rec, exit_code=0, signal=SIGKILL if timed_out else 0,
-                                 timed_out=timed_out, now=t)
+                finish(rec, exit_code=0, signal=SIGKILL if timed_out else 0,
+                       timed_out=timed_out, now=t)
                 end[i] = t
-                for a in rec.alloc:
-                    node_change(index[a["node"]], a["cpus"], a["mem"], (), a["gpus"])
-                tj = jobs[i]
-                free_c += rec.num_cpus
-                free_g += tj.gpus
-                running_views.pop(jid, None)
-                freed = dirty = retest = True
+                backend.ended(rec, jobs[i])
+                used_c -= rec.num_cpus
+                used_g -= jobs[i].gpus
                 events += 1
                 done += 1
                 if progress is not None and done % tick == 0:
                     progress(done, n)
-            new_fit = False
-            fresh.clear()
             while nxt < n and jobs[nxt].submit == t:
                 tj = jobs[nxt]
                 nxt += 1
                 events += 1
                 records[tj.job_id] = _new_job(tj)
-                pending[tj.job_id] = tj
-                fresh.append(tj.job_id)
-                if use_sizes:
-                    insort(sizes, (size_of(tj), tj.job_id))
-                if tj.gpus:
-                    pending_gpu_jobs += 1
-                if not new_fit and fits(tj):
-                    new_fit = True
-            if accounts is not None:  # as the controller's pass after every event
-                extra = accounting_inputs(accounts, records, t, cfg)
-            queue = queue_for_core(new_fit, freed)
-            if queue is not None:
-                if dirty:
-                    nodes_t = tuple(nodes)
-                    dirty = False
-                snap = Snapshot(now=t, nodes=nodes_t, partitions=part, pending=queue,
-                                running=tuple(running_views.values()) if with_running else (),
-                                **extra)
-                c0 = _time.perf_counter()
-                plan = core(snap, cfg)
-                core_s += _time.perf_counter() - c0
-                core_calls += 1
-                retest = not exact_memo
-                for st in plan.starts:
-                    jid = st.job_id
-                    tj = pending.pop(jid, None)
-                    if tj is None:
-                        raise SimError(f"core started job {jid}, which is not pending")
-                    if tj.submit > t:
-                        raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
-                    if use_sizes:
-                        del sizes[bisect_right(sizes, (size_of(tj), jid)) - 1]
-                    if tj.gpus:
-                        pending_gpu_jobs -= 1
-                    rec = records[jid]
-                    alloc = [{"node": na.node, "cpus": na.cpus, "mem": na.mem,
-                              "gpus": na.gpus, "tasks": na.tasks} for na in st.allocation.nodes]
-                    ncpu = 0
-                    for na in st.allocation.nodes:
-                        node_change(index[na.node], -na.cpus, -na.mem, na.gpus, ())
-                        ncpu += na.cpus
-                    dirty = True
-                    lifecycle.start(rec, partition=st.partition, alloc=alloc,
-                                    node_list=",".join(a["node"] for a in alloc),
-                                    tres_alloc=f"cpu={ncpu},gres/gpu={tj.gpus}", now=t)
-                    free_c -= ncpu
-                    free_g -= tj.gpus
-                    i = pos[jid]
-                    start[i] = t
-                    ran_on[i] = tuple(a["node"] for a in alloc)
-                    stop = t + tj.run
-                    if rec.end_time is not None and stop > rec.end_time:
-                        stop = rec.end_time
-                        killed[i] = True
-                    heapq.heappush(heap, (stop, jid))
-                    if with_running:
-                        running_views[jid] = RunningView(
-                            job_id=jid, partition=st.partition, nodes=st.allocation.nodes,
-                            start_time=t, end_time=rec.end_time, user=rec.user,
-                            account=ACCOUNT, qos=QOS)
+                backend.arrive(tj)
+            extra = accounting_inputs(accounts, records, t, cfg) if accounts is not None else {}
+            for st in backend.decide(t, extra):
+                jid = st.job_id
+                tj = pending.pop(jid, None)
+                if tj is None:
+                    raise SimError(f"core started job {jid}, which is not pending")
+                if tj.submit > t:
+                    raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
+                rec = records[jid]
+                nodes = st.allocation.nodes
+                alloc = [{"node": na.node, "cpus": na.cpus, "mem": na.mem, "gpus": na.gpus,
+                          "tasks": na.tasks} for na in nodes]
+                begin(rec, partition=st.partition, alloc=alloc,
+                      node_list=",".join(a["node"] for a in alloc),
+                      tres_alloc=f"cpu={sum(na.cpus for na in nodes)},gres/gpu={tj.gpus}", now=t)
+                backend.started(st, tj, rec)
+                used_c += rec.num_cpus
+                used_g += tj.gpus
+                i = pos[jid]
+                start[i] = t
+                ran_on[i] = tuple(a["node"] for a in alloc)
+                stop = t + tj.run
+                if rec.end_time is not None and stop > rec.end_time:
+                    stop = rec.end_time
+                    killed[i] = True
+                push(heap, (stop, jid))
             if series is not None:
-                tot_c = self.cluster.total_cpus
-                series.append((t, tot_c - free_c, total_g - free_g))
+                series.append((t, used_c, used_g))
             if not heap and nxt >= n and pending:
                 raise SimError(f"{len(pending)} jobs can never start (first: "
                                f"{next(iter(pending.values()))})")
 
         states: dict[str, int] = {}
-        res = SimResult(jobs=jobs, start=start, end=end, killed=killed, nodes=ran_on, skipped=self.skipped,
-                        cluster=self.cluster, policy=self.policy,
-                        wall_s=_time.perf_counter() - t_wall + self.setup_s, core_calls=core_calls,
-                        core_s=core_s, events=events, series=series,
-                        gpu_idle_waiting=idle_waiting, gpu_free_partial=free_partial,
-                        gpu_free_total=free_total, states=states, notes=self.notes)
+        res = SimResult(jobs=jobs, start=start, end=end, killed=killed, nodes=ran_on,
+                        skipped=self.skipped, cluster=self.cluster, policy=self.policy,
+                        wall_s=_time.perf_counter() - t_wall + self.setup_s,
+                        core_calls=backend.calls, core_s=backend.core_s, events=events,
+                        series=series, gpu_idle_waiting=idle_waiting,
+                        gpu_free_partial=free_partial, gpu_free_total=free_total, states=states,
+                        notes=self.notes, core=backend.name)
         for k in killed:
             s = "TIMEOUT" if k else "COMPLETED"
             states[s] = states.get(s, 0) + 1
         return res
+
+
+class _PooledBackend:
+    """The incremental :class:`~muster.core.pooled.PooledScheduler`: told each arrival and
+    end, asked for the starts after every event instant (it returns at once when nothing
+    changed that could start a job)."""
+
+    name = "pooled"
+    partial_free = pending_gpu_jobs = 0  # it has no GPUs
+
+    def __init__(self, sim: Simulator) -> None:
+        self.sched = sim.pooled
+        self.views = sim.views
+        self.pending: dict[int, TraceJob] = {}
+        self.calls, self.core_s = 0, 0.0
+
+    def arrive(self, tj: TraceJob) -> None:
+        self.pending[tj.job_id] = tj
+        self.sched.submit(self.views[tj.job_id])
+
+    def ended(self, rec: Job, tj: TraceJob) -> None:
+        self.sched.ended(rec.job_id)
+
+    def decide(self, t: int, extra: dict) -> list:
+        c0 = _time.perf_counter()
+        got = self.sched.schedule(t)
+        self.core_s += _time.perf_counter() - c0
+        self.calls += 1
+        if self.sched.free < 0:
+            raise SimError(f"the pooled node is over-allocated: {self.sched.free} CPUs free")
+        return got
+
+    def started(self, st, tj: TraceJob, rec: Job) -> None:
+        pass
+
+
+class _CoreBackend:
+    """:func:`muster.core.schedule` on a snapshot kept by the engine: node views rebuilt only
+    where a start or an end touched them, and the queue pruned (module doc)."""
+
+    name = "schedule"
+
+    def __init__(self, sim: Simulator) -> None:
+        self.views = sim.views
+        self.cfg = sim.cfg
+        self.core = sim.core
+        self.part = sim.cluster.partitions
+        self.nodes = list(sim.cluster.nodes)
+        self.index = {nd.name: i for i, nd in enumerate(self.nodes)}
+        self.nodes_t = tuple(self.nodes)
+        self.dirty = False
+        self.gpu = sim.gpu
+        self.free_c = sum(nd.cpus for nd in self.nodes)
+        self.free_g = sum(nd.gpus for nd in self.nodes)
+        self.partial_free = 0  # free GPUs on nodes that are partly used
+        self.pending: dict[int, TraceJob] = {}
+        self.sizes: list[tuple[int, int]] = []  # (size, job_id) of pending jobs, for backfill
+        self.pending_gpu_jobs = 0
+        # False while no job has ended since the last core call; then a waiting job after
+        # the reservations that the core could not start then cannot start now
+        self.retest = True
+        self.freed = False
+        self.new_fit = False
+        self.fresh: list[int] = []  # this instant's arrivals
+        self.depth = sim.depth
+        self.exact_memo = self.depth is not None and self.depth > 0
+        self.use_sizes = self.depth is None or self.depth > 0  # the backfill pruning's index
+        # running jobs matter only to backfill (the main scheduler ignores them)
+        self.with_running = self.cfg.backfill
+        self.running_views: dict[int, RunningView] = {}
+        self.calls, self.core_s = 0, 0.0
+
+    def _size(self, tj: TraceJob) -> int:
+        return tj.gpus if self.gpu else tj.cpus
+
+    def _fits(self, tj: TraceJob) -> bool:
+        return tj.cpus <= self.free_c and tj.gpus <= self.free_g
+
+    def _node_change(self, i: int, dc: int, dm: int, gpus_out: tuple[int, ...],
+                     gpus_in: tuple[int, ...]) -> None:
+        nodes = self.nodes
+        nd = nodes[i]
+        gf = nd.gpus_free
+        if gpus_out:
+            taken = set(gpus_out)
+            if not taken <= set(gf):
+                raise SimError(f"GPUs {sorted(taken - set(gf))} of {nd.name} are not free")
+            gf = tuple(g for g in gf if g not in taken)
+        if gpus_in:
+            gf = tuple(sorted(gf + gpus_in))
+        cf, mf = nd.cpus_free + dc, nd.mem_free + dm
+        if cf < 0 or mf < 0 or cf > nd.cpus or mf > nd.mem or len(gf) > nd.gpus:
+            raise SimError(f"node {nd.name} over- or under-allocated: cpus_free={cf} "
+                           f"mem_free={mf} gpus_free={gf}")
+        if nd.gpus:
+            old, new = len(nd.gpus_free), len(gf)
+            self.partial_free += (new if 0 < new < nd.gpus else 0) - (
+                old if 0 < old < nd.gpus else 0)
+        nodes[i] = NodeView(nd.name, nd.index, nd.partitions, nd.cpus, cf, nd.mem, mf,
+                            nd.gpus, gf, nd.gpu_type, nd.usable, nd.weight)
+        self.dirty = True
+
+    def arrive(self, tj: TraceJob) -> None:
+        self.pending[tj.job_id] = tj
+        self.fresh.append(tj.job_id)
+        if self.use_sizes:
+            insort(self.sizes, (self._size(tj), tj.job_id))
+        if tj.gpus:
+            self.pending_gpu_jobs += 1
+        if not self.new_fit and self._fits(tj):
+            self.new_fit = True
+
+    def ended(self, rec: Job, tj: TraceJob) -> None:
+        index = self.index
+        for a in rec.alloc:
+            self._node_change(index[a["node"]], a["cpus"], a["mem"], (), a["gpus"])
+        self.free_c += rec.num_cpus
+        self.free_g += tj.gpus
+        self.running_views.pop(rec.job_id, None)
+        self.freed = self.retest = True
+
+    def started(self, st, tj: TraceJob, rec: Job) -> None:
+        jid = st.job_id
+        if self.use_sizes:
+            del self.sizes[bisect_right(self.sizes, (self._size(tj), jid)) - 1]
+        if tj.gpus:
+            self.pending_gpu_jobs -= 1
+        for na in st.allocation.nodes:
+            self._node_change(self.index[na.node], -na.cpus, -na.mem, na.gpus, ())
+        self.free_c -= rec.num_cpus
+        self.free_g -= tj.gpus
+        if self.with_running:
+            self.running_views[jid] = RunningView(
+                job_id=jid, partition=st.partition, nodes=st.allocation.nodes, start_time=rec.start_time,
+                end_time=rec.end_time, user=rec.user, account=ACCOUNT, qos=QOS)
+
+    def decide(self, t: int, extra: dict) -> tuple:
+        queue = self._queue()
+        self.freed = self.new_fit = False
+        self.fresh.clear()
+        if queue is None:
+            return ()
+        if self.dirty:
+            self.nodes_t = tuple(self.nodes)
+            self.dirty = False
+        snap = Snapshot(now=t, nodes=self.nodes_t, partitions=self.part, pending=queue,
+                        running=tuple(self.running_views.values()) if self.with_running else (),
+                        **extra)
+        c0 = _time.perf_counter()
+        plan = self.core(snap, self.cfg)
+        self.core_s += _time.perf_counter() - c0
+        self.calls += 1
+        self.retest = not self.exact_memo
+        return plan.starts
+
+    def _queue(self) -> tuple[JobView, ...] | None:
+        """The pruned queue (see module doc), or None when nothing could start."""
+        pending, views, depth = self.pending, self.views, self.depth
+        if not pending:
+            return None
+        if depth == NO_PRUNING:
+            return tuple(views[j] for j in pending)
+        if depth == 0:
+            out, c, g = [], self.free_c, self.free_g
+            for jid, tj in pending.items():
+                c -= tj.cpus
+                g -= tj.gpus
+                if c < 0 or g < 0:
+                    break
+                out.append(views[jid])
+            return tuple(out) if out else None
+        freed, fits = self.freed, self._fits
+        if not freed and not self.new_fit:
+            return None
+        free = self.free_g if self.gpu else self.free_c
+        if depth is None:
+            if not self.sizes or self.sizes[0][0] > free:
+                return None
+            return tuple(views[j] for j in pending)
+        out, blockers, last, any_fit = [], 0, 0, False
+        for jid, tj in pending.items():
+            out.append(views[jid])
+            last = jid
+            if fits(tj):
+                any_fit = True
+            else:
+                blockers += 1
+                if blockers >= depth:
+                    break
+        else:
+            return tuple(out) if any_fit else None
+        if freed or self.retest:
+            hi = bisect_right(self.sizes, (free, 1 << 62))
+            later = sorted(jid for _, jid in self.sizes[:hi] if jid > last and fits(pending[jid]))
+        else:  # only this instant's arrivals can start (module doc)
+            later = sorted(jid for jid in self.fresh if jid > last and fits(pending[jid]))
+        if not later and not any_fit:
+            return None
+        out.extend(views[j] for j in later)
+        return tuple(out)

@@ -90,7 +90,8 @@ def compute(res) -> dict:
         out["gpu_free_on_partial_nodes"] = (res.gpu_free_partial / res.gpu_free_total
                                             if res.gpu_free_total else 0.0)
     out["sim"] = {"wall_s": res.wall_s, "jobs_per_s": n / res.wall_s if res.wall_s else None,
-                  "core_calls": res.core_calls, "core_s": res.core_s, "events": res.events}
+                  "core_calls": res.core_calls, "core_s": res.core_s, "events": res.events,
+                  "core": res.core}
     return out
 
 
@@ -133,5 +134,6 @@ def format_table(m: dict) -> str:
     if sim and sim.get("jobs_per_s"):
         lines.append(f"{'replay speed':<36} {sim['jobs_per_s']:,.0f} jobs/s "
                      f"({sim['wall_s']:.2f} s, {sim['core_calls']:,} core calls, "
-                     f"{sim['core_s']:.2f} s in core)")
+                     f"{sim['core_s']:.2f} s in core"
+                     f"{', incremental pooled core' if sim.get('core') == 'pooled' else ''})")
     return "\n".join(lines)

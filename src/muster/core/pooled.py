@@ -1,0 +1,264 @@
+"""Incremental main scheduler and EASY backfill for one node of fungible processors.
+
+:func:`muster.core.schedule.schedule` rebuilds everything from a snapshot every pass: the
+ordered queue, a per-node free-resource timeline from the running jobs, the searches. For
+the commonest replay — a workload trace whose processors are pooled into one node (SWF:
+CPUs are fungible), flat priorities, one partition — that costs ~90 µs a pass, and a full
+replay needs ~95,000 passes. :class:`PooledScheduler` makes **the same decisions** as
+``schedule()`` for that case, but keeps its state across passes and is told only the
+changes (a job submitted, a job ended); a pass costs a few microseconds.
+
+Scope (:meth:`PooledScheduler.unsupported` and :meth:`PooledScheduler.admit` say why not):
+one usable node with no GPUs, one UP partition, ``priority/basic``, no preemption, no job
+start limit, the main scheduler alone or backfill with one reservation (EASY: ``bf_depth``
+1) and no test budget (``bf_max_job_test`` 0); jobs on that partition only, one node, no
+GPUs, not exclusive, memory in proportion to CPUs (so memory binds exactly when CPUs do),
+a time limit of at least a minute or none, no ``--time-min``/``-w``/``-x``/features/
+reservation/switches, not held, not an array. The simulator uses it when the whole trace
+fits the scope and the core's ``schedule()`` otherwise.
+
+Why the shortcuts are exact (the timeline semantics of :mod:`muster.core.backfill`):
+
+* Free CPUs over time, ``F(t)`` = free now + the CPUs of running jobs whose estimated end
+  is ``<= t``, never decrease: resources only come back. A start carves ``[now, now+d)``
+  out of the profile, which keeps ``F`` non-decreasing. So a job fits for ``[now, now+d)``
+  iff it fits now, and its earliest start is the first release time at which ``F`` reaches
+  its size.
+* The one reservation (EASY) carves ``[T, T+d')`` for ``c_r`` CPUs. Afterwards the
+  minimum of the profile over ``[now, now+d)`` is ``F(now)`` if ``now+d <= T``, else
+  ``min(F(now), F(T) - c_r)``. So a later job starts iff it fits now and either ends by
+  ``T`` or fits the *extra* CPUs ``F(T) - c_r`` (less each backfilled job that runs past
+  ``T``): classic EASY with a shadow time, O(1) per job.
+* Jobs after the reservation that do not fit now can neither start nor reserve; only jobs
+  with ``size <= free`` are looked at (a size-sorted index).
+* With nothing ended since the last pass and no estimated end reached, every job the last
+  pass could not start still cannot (free CPUs and the shadow time did not grow, ``now``
+  only grew), so the pass resumes from where the last one stopped and offers only the
+  jobs submitted since.
+
+Equality with ``schedule()`` (starts, their allocations and labels, the reservation and its
+expected start) is a property test (tests/property/test_pooled_core.py), and the simulator
+replays are compared job by job with and without it.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right, insort
+
+from .backfill import estimate, plan_shape
+from .limits import partition_reason
+from .placement import Allocation, NodeAlloc, request_key, request_of
+from .schedule import Start, _static_reason
+from .snapshot import JobView, NodeView, PartitionView, SchedConfig
+
+__all__ = ["PooledScheduler"]
+
+_LAST = (1 << 62,)  # sorts after every queue key
+
+
+class PooledScheduler:
+    """State: free CPUs, running jobs' estimated ends (sorted), the ordered queue and a
+    size index of it; after each pass, where it stopped (see module doc)."""
+
+    __slots__ = ("node", "part", "cfg", "free", "ratio", "depth", "window", "queue", "jobs",
+                 "by_size", "releases", "running", "_fresh", "_resume", "reservation", "_admitted",
+                 "_shapes")
+
+    def __init__(self, node: NodeView, part: PartitionView, cfg: SchedConfig) -> None:
+        why = self.unsupported([node], [part], cfg)
+        if why:
+            raise ValueError(why)
+        self.node, self.part, self.cfg = node, part, cfg
+        self.free = node.cpus_free
+        self.ratio = node.mem // node.cpus
+        self.depth = 1 if cfg.backfill else 0
+        self.window = cfg.bf_window * 60
+        self.queue: list[tuple] = []            # ordered keys (-priority, submit, job id)
+        self.jobs: dict[tuple, tuple] = {}      # key → (cpus, d, allocation)
+        self.by_size: list[tuple] = []          # (cpus, key)
+        self.releases: list[tuple] = []         # (estimated end, job id, cpus), ascending
+        self.running: dict[int, tuple] = {}     # job id → (estimated end, cpus)
+        self._fresh: list[tuple] = []           # keys submitted since the last pass
+        self._resume: list | None = None        # [blocked, T, extra, blocker key] or None
+        self.reservation: tuple[int, int] | None = None  # (job id, expected start) last pass
+        self._admitted: dict[int, tuple] = {}   # job id → (JobView, its shape) from admit
+        self._shapes: dict[tuple, tuple | None] = {}  # request and limits → (cpus, d, NodeAlloc)
+
+    # ---- scope ------------------------------------------------------------------------
+    @staticmethod
+    def unsupported(nodes, parts, cfg: SchedConfig) -> str | None:
+        """Why these settings are outside the scope (module doc), or None."""
+        if len(nodes) != 1 or len(parts) != 1:
+            return "more than one node or partition"
+        n, p = nodes[0], parts[0]
+        if n.gpus or not n.usable or n.cpus < 1 or n.mem % n.cpus or \
+                n.mem_free * n.cpus != n.cpus_free * n.mem:
+            return "the node has GPUs, is not usable, or memory is not in proportion to CPUs"
+        if p.state != "UP" or n.name not in p.node_names:
+            return "the partition is not UP or does not hold the node"
+        if cfg.priority_type == "multifactor" or cfg.max_jobs_to_start:
+            return "multifactor priority or a job start limit"
+        if cfg.preempt_type not in ("preempt/none", "", None):
+            return "preemption"
+        if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
+            return "backfill other than EASY without a test budget"
+        return None
+
+    def admit(self, job: JobView) -> str | None:
+        """Why ``job`` is outside the scope, or None (it could then be :meth:`submit`-ted)."""
+        part = self.part
+        if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
+                job.req_nodes or job.exc_nodes or job.features or job.reservation or \
+                job.switches or job.time_min or job.gpu_type:
+            return "job options outside the pooled scope"
+        if _static_reason(job, part) or partition_reason(job, part):
+            return "the partition rejects the job"
+        lim = job.time_limit if job.time_limit is not None else part.max_time
+        if lim is not None and lim < 1:
+            return "a time limit under a minute"
+        shape = self._shape(job)
+        if shape is None:
+            return "the job's shape is outside the pooled scope"
+        self._admitted[job.job_id] = (job, shape)
+        return None
+
+    def _shape(self, job: JobView) -> tuple | None:
+        """(cpus, planning duration, allocation) or None; the same request normalisation
+        and shape as backfill's (:func:`plan_shape`), the allocation ``_direct`` builds.
+        Memoised by what they read (a trace has few distinct shapes)."""
+        key = (request_key(job), job.time_limit, job.time_min)
+        got = self._shapes.get(key, 0)
+        if got == 0:
+            got = self._shapes[key] = self._new_shape(job)
+        if got is None:
+            return None
+        c, d, na = got
+        return c, d, Allocation(job_id=job.job_id, nodes=(na,))
+
+    def _new_shape(self, job: JobView) -> tuple | None:
+        n = self.node
+        rq = request_of(job, self.cfg)
+        if rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or rq.mem != self.ratio:
+            return None
+        shaped = plan_shape(rq, (n.cpus, n.mem, 0))
+        if shaped is None or shaped[1] != 1 or shaped[0][0] > n.cpus:
+            return None
+        c = shaped[0][0]
+        tasks = rq.ntasks if rq.tasks_mode == "pack" else 1 if rq.tasks_mode == "one" else rq.tpn
+        na = NodeAlloc(node=n.name, cpus=c, mem=rq.mem * c, gpus=(), tasks=tasks)
+        return c, estimate(job, self.part), na
+
+    # ---- changes ----------------------------------------------------------------------
+    def submit(self, job: JobView) -> None:
+        """Queue an admitted job (:meth:`admit` returned None)."""
+        seen = self._admitted.pop(job.job_id, None)
+        got = seen[1] if seen is not None and seen[0] is job else self._shape(job)
+        if got is None:
+            raise ValueError(f"job {job.job_id} is outside the pooled scope")
+        key = (-job.priority, job.submit_time, job.job_id)
+        self.jobs[key] = got
+        insort(self.queue, key)
+        insort(self.by_size, (got[0], key))
+        self._fresh.append(key)
+
+    def ended(self, job_id: int) -> None:
+        """A running job (started by this scheduler) gave its CPUs back."""
+        end, c = self.running.pop(job_id)
+        self.free += c
+        rel = self.releases
+        del rel[bisect_left(rel, (end, job_id))]
+        self._resume = None
+
+    # ---- the pass ---------------------------------------------------------------------
+    def schedule(self, now: int) -> list[Start]:
+        """The starts ``schedule()`` would make now, applied to this state. Afterwards
+        :attr:`reservation` is the EASY reservation (job id, expected start) or None."""
+        st, rel, fresh = self._resume, self.releases, self._fresh
+        if st is not None and (not rel or rel[0][0] > now):
+            if not fresh:
+                return []  # nothing ended, nothing new: nothing can start
+            keys = sorted(fresh)  # resume: only the new jobs can start (module doc)
+            if st[3] is not None and keys[0] <= st[3]:
+                st = None
+        else:
+            st = None
+        self._fresh = []
+        if st is None:
+            st = [False, None, 0, None]  # blocked, shadow time T, extra CPUs, queue tail
+            keys = self.queue
+            self.reservation = None
+        full = keys is self.queue
+        starts: list[Start] = []
+        jobs, depth = self.jobs, self.depth
+        resumable = True
+        i = 0
+        if st[1] is None:  # no reservation yet: a job starts iff it fits now
+            while i < len(keys) and not (st[0] and not depth):
+                key = keys[i]
+                c, d, alloc = jobs[key]
+                if c <= self.free:
+                    self._start(key, c, d, alloc, now, st[0], starts)
+                    i += not full  # a start leaves the queue: the next key moves up
+                    continue
+                i += 1
+                st[0] = True
+                if not depth:
+                    break  # the main scheduler: the first waiting job blocks the rest
+                T, extra = self._earliest(c, now)
+                if T is None or T > now + self.window:
+                    resumable = False  # the window moves with now: recompute next time
+                    continue  # no reservation; the next waiting job may get it
+                st[1], st[2] = T, extra
+                self.reservation = (key[2], T)
+                if full:  # backfill candidates: later jobs that fit now, in queue order
+                    hi = bisect_right(self.by_size, (self.free, _LAST))
+                    keys = sorted([k for _, k in self.by_size[:hi] if k > key])
+                    i = 0
+                break
+        if st[1] is not None:  # EASY: fits now, and ends by T or fits the extra CPUs
+            until, extra = st[1] - now, st[2]
+            for key in keys[i:] if i else keys:
+                c, d, alloc = jobs[key]
+                if c <= self.free and (d <= until or c <= extra):
+                    self._start(key, c, d, alloc, now, True, starts)
+                    if d > until:
+                        extra -= c
+            st[2] = extra
+        st[3] = self.queue[-1] if self.queue else None
+        self._resume = st if resumable else None
+        return starts
+
+    def _start(self, key: tuple, c: int, d: int, alloc: Allocation, now: int, blocked: bool,
+               starts: list[Start]) -> None:
+        jid = key[2]
+        del self.jobs[key]
+        q = self.queue
+        del q[bisect_left(q, key)]
+        s = self.by_size
+        del s[bisect_left(s, (c, key))]
+        self.free -= c
+        end = now + d
+        insort(self.releases, (end, jid, c))
+        self.running[jid] = (end, c)
+        starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
+                            scheduler="Backfill" if blocked else "Main"))
+
+    def _earliest(self, need: int, now: int) -> tuple[int | None, int]:
+        """First time the free CPUs reach ``need`` and the CPUs free then beyond it.
+        Estimated ends already past count from now + KillWait + OverTimeLimit, as in
+        :func:`~muster.core.backfill.running_end` (never, if that is now too)."""
+        rel = self.releases
+        if rel and rel[0][0] <= now:
+            late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
+            # an end at or before now never comes back in the profile (Timeline.build)
+            rel = sorted((e if e > now else late, j, c) for e, j, c in rel
+                         if e > now or late > now)
+        acc = self.free
+        T = None
+        for e, _, c in rel:
+            if T is not None and e != T:
+                break
+            acc += c
+            if T is None and acc >= need:
+                T = e
+        return T, acc - need

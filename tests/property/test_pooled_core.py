@@ -1,0 +1,162 @@
+"""The incremental pooled scheduler makes the same decisions as the core's ``schedule()``.
+
+A random history on one node of fungible CPUs — submissions (random sizes, limits,
+priorities), ends (early, on time, or after the estimated end, so stale estimates are
+exercised), passes — is fed to :class:`muster.core.pooled.PooledScheduler` as deltas and,
+at every pass, to ``schedule()`` as a full snapshot built independently by the test. The
+starts (job, allocation, Main/Backfill label, in order) and the EASY reservation (job and
+expected start) must be identical.
+"""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from muster.core import JobView, NodeView, PartitionView, RunningView, SchedConfig, Snapshot
+from muster.core.pooled import PooledScheduler
+from muster.core.schedule import schedule
+
+
+def _cfg(draw) -> SchedConfig:
+    backfill = draw(st.booleans())
+    return SchedConfig(
+        backfill=backfill, bf_depth=1, bf_max_job_test=0,
+        bf_window=draw(st.sampled_from([20 * 365 * 1440, 1440, 30, 5])),
+        bf_resolution=draw(st.sampled_from([1, 60, 300])),
+        kill_wait=draw(st.sampled_from([0, 30])), over_time_limit=draw(st.sampled_from([0, 2])))
+
+
+@st.composite
+def histories(draw):
+    cpus = draw(st.integers(1, 48))
+    max_time = draw(st.sampled_from([None, 30, 120]))
+    cfg = _cfg(draw)
+    return cpus, max_time, cfg, draw(st.integers(0, 2**32 - 1)), draw(st.integers(5, 60))
+
+
+def _job(rng: random.Random, jid: int, now: int, cpus: int, max_time) -> JobView:
+    limit = rng.choice([None, 1, 2, 5, 10, 30, 60, 200])
+    if max_time is not None and limit is not None and limit > max_time:
+        limit = max_time
+    size = rng.choice([1, 1, 2, 3, max(1, cpus // 4), max(1, cpus // 2), cpus])
+    shape = rng.choice(["n", "c", "nc"])
+    kw = {"n": dict(ntasks=size), "c": dict(cpus_per_task=size),
+          "nc": dict(ntasks=max(1, size // 2), cpus_per_task=2 if size >= 2 else 1)}[shape]
+    return JobView(job_id=jid, priority=rng.choice([1, 1, 1, 5]), submit_time=now,
+                   partitions=("p",), time_limit=limit, mem_per_cpu=1, **kw)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(histories())
+def test_pooled_equals_schedule(h):
+    cpus, max_time, cfg, seed, steps = h
+    rng = random.Random(seed)
+    node = NodeView(name="n0", index=0, partitions=frozenset({"p"}), cpus=cpus, cpus_free=cpus,
+                    mem=cpus, mem_free=cpus)
+    part = PartitionView(name="p", node_names=("n0",), max_time=max_time)
+    pooled = PooledScheduler(node, part, cfg)
+    pending: dict[int, JobView] = {}
+    running: dict[int, tuple[RunningView, int]] = {}  # job → (view, when it really ends)
+    free = cpus
+    now, jid = 0, 0
+    passes = starts_seen = reserved_seen = backfilled = 0
+    for _ in range(steps):
+        now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
+        for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
+            view, _ = running.pop(j)
+            free += view.nodes[0].cpus
+            pooled.ended(j)
+        for _ in range(rng.choice([0, 0, 1, 1, 2, 4])):
+            jid += 1
+            job = _job(rng, jid, now, cpus, max_time)
+            if pooled.admit(job) is None:
+                pending[jid] = job
+                pooled.submit(job)
+        snap = Snapshot(
+            now=now,
+            nodes=(NodeView(name="n0", index=0, partitions=frozenset({"p"}), cpus=cpus,
+                            cpus_free=free, mem=cpus, mem_free=free),),
+            partitions=(part,), pending=tuple(pending.values()),
+            running=tuple(v for v, _ in running.values()))
+        want = schedule(snap, cfg)
+        got = pooled.schedule(now)
+        passes += 1
+        assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
+            [(s.job_id, s.allocation, s.scheduler) for s in want.starts], (now, snap)
+        want_res = {(j, want.expected_start[j]) for j in want.sched_nodes}
+        got_res = {pooled.reservation} if pooled.reservation else set()
+        assert got_res == want_res, (now, snap)
+        reserved_seen += bool(got_res)
+        for s in got:
+            job = pending.pop(s.job_id)
+            lim = job.time_limit
+            end_est = None if lim is None else now + lim * 60
+            run = rng.choice([1, 60, 300, (lim or 5) * 60, (lim or 5) * 60 + 90])
+            running[s.job_id] = (RunningView(job_id=s.job_id, partition="p",
+                                             nodes=s.allocation.nodes, start_time=now,
+                                             end_time=end_est), now + run)
+            free -= s.allocation.nodes[0].cpus
+            starts_seen += 1
+            backfilled += s.scheduler == "Backfill"
+        assert pooled.free == free
+    assert passes == steps
+    event(f"reservations: {'some' if reserved_seen else 'none'}")
+    event(f"starts: {'some' if starts_seen else 'none'}")
+    event(f"backfill starts: {'some' if backfilled else 'none'}")
+
+
+def test_histories_exercise_reservations_and_backfill():
+    """The random histories above reach the interesting cases: a reservation, a backfill
+    start, a start after a resumed pass (guards against a vacuous property)."""
+    cpus = 8
+    node = NodeView(name="n0", index=0, partitions=frozenset({"p"}), cpus=cpus, cpus_free=cpus,
+                    mem=cpus, mem_free=cpus)
+    part = PartitionView(name="p", node_names=("n0",))
+    cfg = SchedConfig(backfill=True, bf_depth=1, bf_max_job_test=0, bf_window=20 * 365 * 1440)
+    pooled = PooledScheduler(node, part, cfg)
+
+    def submit(jid, n, limit, t):
+        pooled.submit(JobView(job_id=jid, submit_time=t, partitions=("p",), ntasks=n,
+                              time_limit=limit, mem_per_cpu=1))
+
+    submit(1, 6, 10, 0)
+    assert [s.job_id for s in pooled.schedule(0)] == [1]
+    submit(2, 4, 10, 5)   # waits for job 1: reserved at 600
+    submit(3, 2, 5, 5)    # fits and ends (305) before 600: backfilled
+    submit(4, 2, 20, 5)   # fits now but would run past 600 and there are no extra CPUs
+    got = pooled.schedule(5)
+    assert [(s.job_id, s.scheduler) for s in got] == [(3, "Backfill")]
+    assert pooled.reservation == (2, 600)
+    submit(5, 1, 100, 10)  # resumed pass: nothing ended, no free CPU left → nothing
+    assert pooled.schedule(10) == []
+    pooled.ended(3)
+    # job 3 gave 2 CPUs back; F(600) = 2 + 6 = 8, job 2 takes 4: 4 extra, so job 4 (2 CPUs,
+    # past 600) is backfilled, and job 5 (1 CPU) too
+    got = pooled.schedule(300)
+    assert [s.job_id for s in got] == [4]
+    assert pooled.free == 0
+
+
+def test_scope_is_explained():
+    node = NodeView(name="n0", index=0, partitions=frozenset({"p"}), cpus=4, cpus_free=4,
+                    mem=4, mem_free=4)
+    part = PartitionView(name="p", node_names=("n0",))
+    easy = SchedConfig(backfill=True, bf_depth=1, bf_max_job_test=0)
+    assert PooledScheduler.unsupported([node], [part], easy) is None
+    assert "EASY" in PooledScheduler.unsupported(
+        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=0))
+    assert "multifactor" in PooledScheduler.unsupported(
+        [node], [part], SchedConfig(priority_type="multifactor"))
+    assert "more than one" in PooledScheduler.unsupported([node, node], [part], easy)
+    p = PooledScheduler(node, part, easy)
+    assert p.admit(JobView(job_id=1, partitions=("p",), ntasks=2, mem_per_cpu=1)) is None
+    assert "shape" in p.admit(JobView(job_id=2, partitions=("p",), gpus_per_node=1,
+                                      mem_per_cpu=1))
+    assert "shape" in p.admit(JobView(job_id=3, partitions=("p",), ntasks=2, exclusive=True,
+                                      mem_per_cpu=1))
+    assert "minute" in p.admit(JobView(job_id=4, partitions=("p",), time_limit=0,
+                                       mem_per_cpu=1))
+    assert "options" in p.admit(JobView(job_id=5, partitions=("q",), mem_per_cpu=1))
