@@ -25,7 +25,9 @@ Vocabulary:
 
 Modules: snapshot (input types), placement (one job on given nodes), schedule (the
 cycle), timeline, backfill, priority (multifactor), fairshare (Fair Tree / classic,
-sshare), limits (partition/QOS/association → reasons, submit check), preempt, topology.
+sshare), limits (partition/QOS/association → reasons, submit check), preempt, topology,
+pooled (an incremental scheduler with ``schedule()``'s decisions for one pool of CPUs under
+FIFO/EASY: state kept across passes, told submissions and ends; the simulator's fast path).
 
 Nothing here touches sockets, files, threads, subprocesses, the wall clock or global
 randomness; same input → identical Plan.

@@ -13,7 +13,7 @@ one usable node with no GPUs, one UP partition, ``priority/basic``, no preemptio
 start limit, the main scheduler alone or backfill with one reservation (EASY: ``bf_depth``
 1) and no test budget (``bf_max_job_test`` 0); jobs on that partition only, one node, no
 GPUs, not exclusive, memory in proportion to CPUs (so memory binds exactly when CPUs do),
-a time limit of at least a minute or none, no ``--time-min``/``-w``/``-x``/features/
+no ``--time-min``/``-w``/``-x``/features/
 reservation/switches, not held, not an array. The simulator uses it when the whole trace
 fits the scope and the core's ``schedule()`` otherwise.
 
@@ -29,8 +29,11 @@ Why the shortcuts are exact (the timeline semantics of :mod:`muster.core.backfil
   ``min(F(now), F(T) - c_r)``. So a later job starts iff it fits now and either ends by
   ``T`` or fits the *extra* CPUs ``F(T) - c_r`` (less each backfilled job that runs past
   ``T``): classic EASY with a shadow time, O(1) per job.
-* Jobs after the reservation that do not fit now can neither start nor reserve; only jobs
-  with ``size <= free`` are looked at (a size-sorted index).
+* Jobs after the reservation can start only if they fit now and (end by ``T`` or fit the
+  extra CPUs). The queue is also kept in blocks of consecutive jobs, each with the Pareto
+  frontier of its jobs' (CPUs, duration); a block whose frontier has no such point is
+  skipped whole, so a backlog of thousands of jobs that cannot be backfilled costs a pass
+  a few dozen frontier checks, not thousands of job tests.
 * With nothing ended since the last pass and no estimated end reached, every job the last
   pass could not start still cannot (free CPUs and the shadow time did not grow, ``now``
   only grew), so the pass resumes from where the last one stopped and offers only the
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
-from .backfill import estimate, plan_shape
+from .backfill import YEAR, estimate, plan_shape
 from .limits import partition_reason
 from .placement import Allocation, NodeAlloc, request_key, request_of
 from .schedule import Start, _static_reason
@@ -54,6 +57,19 @@ from .snapshot import JobView, NodeView, PartitionView, SchedConfig
 __all__ = ["PooledScheduler"]
 
 _LAST = (1 << 62,)  # sorts after every queue key
+_BLOCK = 32  # queue keys per block of the backfill index (split at twice that)
+
+
+def _frontier(keys: list[tuple], jobs: dict) -> list[tuple[int, int]]:
+    """The (cpus, d) pairs of these jobs that no other pair beats in both, by cpus: a job
+    can be backfilled only if one of them can (it needs at least as many CPUs and time)."""
+    out: list[tuple[int, int]] = []
+    best = None
+    for c, d in sorted(jobs[k][:2] for k in keys):
+        if best is None or d < best:
+            out.append((c, d))
+            best = d
+    return out
 
 
 class PooledScheduler:
@@ -61,8 +77,8 @@ class PooledScheduler:
     size index of it; after each pass, where it stopped (see module doc)."""
 
     __slots__ = ("node", "part", "cfg", "free", "ratio", "depth", "window", "queue", "jobs",
-                 "by_size", "releases", "running", "_fresh", "_resume", "reservation", "_admitted",
-                 "_shapes")
+                 "_bkeys", "_bfirst", "_bfront", "_thin", "releases", "running", "_fresh", "_resume", "reservation", "_admitted",
+                 "_shapes", "_overdue")
 
     def __init__(self, node: NodeView, part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported([node], [part], cfg)
@@ -74,8 +90,14 @@ class PooledScheduler:
         self.depth = 1 if cfg.backfill else 0
         self.window = cfg.bf_window * 60
         self.queue: list[tuple] = []            # ordered keys (-priority, submit, job id)
-        self.jobs: dict[tuple, tuple] = {}      # key → (cpus, d, allocation)
-        self.by_size: list[tuple] = []          # (cpus, key)
+        self.jobs: dict[tuple, tuple] = {}      # key → (cpus, d, allocation, end offset)
+        # the queue again, cut into blocks of consecutive keys, each with the Pareto frontier
+        # of its jobs' (cpus, d): a block none of whose frontier points could be backfilled
+        # is skipped whole (_backfill)
+        self._bkeys: list[list[tuple]] = [[]]
+        self._bfirst: list[tuple] = [()]        # a lower bound of each block's keys
+        self._bfront: list[list | None] = [None]
+        self._thin = False  # a block ran low: merge at the end of the pass
         self.releases: list[tuple] = []         # (estimated end, job id, cpus), ascending
         self.running: dict[int, tuple] = {}     # job id → (estimated end, cpus)
         self._fresh: list[tuple] = []           # keys submitted since the last pass
@@ -83,6 +105,7 @@ class PooledScheduler:
         self.reservation: tuple[int, int] | None = None  # (job id, expected start) last pass
         self._admitted: dict[int, tuple] = {}   # job id → (JobView, its shape) from admit
         self._shapes: dict[tuple, tuple | None] = {}  # request and limits → (cpus, d, NodeAlloc)
+        self._overdue: list[tuple[int, int]] = []  # started with a 0 limit: (job, its end)
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -113,9 +136,6 @@ class PooledScheduler:
             return "job options outside the pooled scope"
         if _static_reason(job, part) or partition_reason(job, part):
             return "the partition rejects the job"
-        lim = job.time_limit if job.time_limit is not None else part.max_time
-        if lim is not None and lim < 1:
-            return "a time limit under a minute"
         shape = self._shape(job)
         if shape is None:
             return "the job's shape is outside the pooled scope"
@@ -132,8 +152,8 @@ class PooledScheduler:
             got = self._shapes[key] = self._new_shape(job)
         if got is None:
             return None
-        c, d, na = got
-        return c, d, Allocation(job_id=job.job_id, nodes=(na,))
+        c, d, na, off = got
+        return c, d, Allocation(job_id=job.job_id, nodes=(na,)), off
 
     def _new_shape(self, job: JobView) -> tuple | None:
         n = self.node
@@ -146,7 +166,12 @@ class PooledScheduler:
         c = shaped[0][0]
         tasks = rq.ntasks if rq.tasks_mode == "pack" else 1 if rq.tasks_mode == "one" else rq.tpn
         na = NodeAlloc(node=n.name, cpus=c, mem=rq.mem * c, gpus=(), tasks=tasks)
-        return c, estimate(job, self.part), na
+        # the pass plans [now, now + d); later passes see the running job end where the
+        # shell's lifecycle puts it (running_end): start + limit, or + MaxTime, or + a year.
+        # They differ only for a limit of 0 (planned as a minute, ends at once: overdue)
+        lim = job.time_limit if job.time_limit is not None else self.part.max_time
+        off = YEAR if lim is None else 60 * lim
+        return c, estimate(job, self.part), na, off
 
     # ---- changes ----------------------------------------------------------------------
     def submit(self, job: JobView) -> None:
@@ -158,7 +183,15 @@ class PooledScheduler:
         key = (-job.priority, job.submit_time, job.job_id)
         self.jobs[key] = got
         insort(self.queue, key)
-        insort(self.by_size, (got[0], key))
+        b = bisect_right(self._bfirst, key) - 1
+        blk = self._bkeys[b]
+        insort(blk, key)
+        self._bfront[b] = None
+        if len(blk) > 2 * _BLOCK:
+            self._bkeys[b + 1:b + 1] = [blk[_BLOCK:]]
+            del blk[_BLOCK:]
+            self._bfirst.insert(b + 1, self._bkeys[b + 1][0])
+            self._bfront.insert(b + 1, None)
         self._fresh.append(key)
 
     def ended(self, job_id: int) -> None:
@@ -195,9 +228,9 @@ class PooledScheduler:
         if st[1] is None:  # no reservation yet: a job starts iff it fits now
             while i < len(keys) and not (st[0] and not depth):
                 key = keys[i]
-                c, d, alloc = jobs[key]
+                c, d, alloc, off = jobs[key]
                 if c <= self.free:
-                    self._start(key, c, d, alloc, now, st[0], starts)
+                    self._start(key, c, d, alloc, off, now, st[0], starts)
                     i += not full  # a start leaves the queue: the next key moves up
                     continue
                 i += 1
@@ -210,38 +243,104 @@ class PooledScheduler:
                     continue  # no reservation; the next waiting job may get it
                 st[1], st[2] = T, extra
                 self.reservation = (key[2], T)
-                if full:  # backfill candidates: later jobs that fit now, in queue order
-                    hi = bisect_right(self.by_size, (self.free, _LAST))
-                    keys = sorted([k for _, k in self.by_size[:hi] if k > key])
-                    i = 0
+                if full:
+                    st[2] = self._backfill(key, now, T - now, extra, starts)
+                    keys = ()
                 break
         if st[1] is not None:  # EASY: fits now, and ends by T or fits the extra CPUs
             until, extra = st[1] - now, st[2]
             for key in keys[i:] if i else keys:
-                c, d, alloc = jobs[key]
+                c, d, alloc, off = jobs[key]
                 if c <= self.free and (d <= until or c <= extra):
-                    self._start(key, c, d, alloc, now, True, starts)
+                    self._start(key, c, d, alloc, off, now, True, starts)
                     if d > until:
                         extra -= c
             st[2] = extra
+        if self._thin:
+            self._compact()
+        for jid, end in self._overdue:  # after this pass, as the shell's lifecycle says
+            old, c = self.running[jid]
+            rel = self.releases
+            del rel[bisect_left(rel, (old, jid))]
+            insort(rel, (end, jid, c))
+            self.running[jid] = (end, c)
+        self._overdue.clear()
         st[3] = self.queue[-1] if self.queue else None
         self._resume = st if resumable else None
         return starts
 
-    def _start(self, key: tuple, c: int, d: int, alloc: Allocation, now: int, blocked: bool,
-               starts: list[Start]) -> None:
+    def _start(self, key: tuple, c: int, d: int, alloc: Allocation, off: int, now: int,
+               blocked: bool, starts: list[Start]) -> None:
         jid = key[2]
         del self.jobs[key]
         q = self.queue
         del q[bisect_left(q, key)]
-        s = self.by_size
-        del s[bisect_left(s, (c, key))]
+        b = bisect_right(self._bfirst, key) - 1
+        blk = self._bkeys[b]
+        del blk[bisect_left(blk, key)]
+        self._bfront[b] = None
+        if len(blk) <= _BLOCK // 4:
+            self._thin = True
         self.free -= c
         end = now + d
         insort(self.releases, (end, jid, c))
         self.running[jid] = (end, c)
+        if off != d:
+            self._overdue.append((jid, now + off))
         starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
                             scheduler="Backfill" if blocked else "Main"))
+
+    def _backfill(self, after: tuple, now: int, until: int, extra: int,
+                  starts: list[Start]) -> int:
+        """Start, in queue order after ``after``, every job that fits the free CPUs and
+        either ends by the shadow time (``d <= until``) or fits the extra CPUs; returns the
+        extra CPUs left. Starts only shrink the free and extra CPUs, so a block none of whose
+        frontier points passes now cannot hold a job that passes later in the pass."""
+        jobs, bkeys, bfront = self.jobs, self._bkeys, self._bfront
+        b = max(0, bisect_right(self._bfirst, after) - 1)
+        while b < len(bkeys) and self.free:
+            fr = bfront[b]
+            if fr is None:
+                fr = bfront[b] = _frontier(bkeys[b], jobs)
+            free = self.free
+            for c, d in fr:
+                if c > free:
+                    break
+                if d <= until or c <= extra:
+                    break
+            else:
+                c = free + 1
+            if c <= free:  # some job of the block may pass: test them in order
+                for key in [k for k in bkeys[b] if k > after]:
+                    c, d, alloc, off = jobs[key]
+                    if c <= self.free and (d <= until or c <= extra):
+                        self._start(key, c, d, alloc, off, now, True, starts)
+                        if d > until:
+                            extra -= c
+            b += 1
+        return extra
+
+    def _compact(self) -> None:
+        """Drop emptied blocks and merge neighbours that fit in one (after starts)."""
+        self._thin = False
+        bkeys = self._bkeys
+        if len(bkeys) == 1:
+            return
+        keys: list[list[tuple]] = []
+        front: list = []
+        for blk, fr in zip(bkeys, self._bfront):
+            if not blk:
+                continue
+            if keys and len(keys[-1]) + len(blk) <= _BLOCK:
+                keys[-1].extend(blk)
+                front[-1] = None
+            else:
+                keys.append(blk)
+                front.append(fr)
+        if not keys:
+            keys, front = [[]], [None]
+        self._bkeys, self._bfront = keys, front
+        self._bfirst = [()] + [blk[0] for blk in keys[1:]]
 
     def _earliest(self, need: int, now: int) -> tuple[int | None, int]:
         """First time the free CPUs reach ``need`` and the CPUs free then beyond it.
