@@ -73,12 +73,12 @@ def _frontier(keys: list[tuple], jobs: dict) -> list[tuple[int, int]]:
 
 
 class PooledScheduler:
-    """State: free CPUs, running jobs' estimated ends (sorted), the ordered queue and a
-    size index of it; after each pass, where it stopped (see module doc)."""
+    """State: free CPUs, running jobs' estimated ends (sorted), the ordered queue and its
+    block index; after each pass, where it stopped (see module doc)."""
 
     __slots__ = ("node", "part", "cfg", "free", "ratio", "depth", "window", "queue", "jobs",
-                 "_bkeys", "_bfirst", "_bfront", "_thin", "releases", "running", "_fresh", "_resume", "reservation", "_admitted",
-                 "_shapes", "_overdue")
+                 "_bkeys", "_bfirst", "_bfront", "_thin", "releases", "running", "_fresh",
+                 "_resume", "reservation", "_admitted", "_shapes", "_overdue")
 
     def __init__(self, node: NodeView, part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported([node], [part], cfg)
@@ -97,11 +97,11 @@ class PooledScheduler:
         self._bkeys: list[list[tuple]] = [[]]
         self._bfirst: list[tuple] = [()]        # a lower bound of each block's keys
         self._bfront: list[list | None] = [None]
-        self._thin = False  # a block ran low: merge at the end of the pass
+        self._thin: set[int] = set()  # blocks that ran low: merged at the end of the pass
         self.releases: list[tuple] = []         # (estimated end, job id, cpus), ascending
         self.running: dict[int, tuple] = {}     # job id → (estimated end, cpus)
         self._fresh: list[tuple] = []           # keys submitted since the last pass
-        self._resume: list | None = None        # [blocked, T, extra, blocker key] or None
+        self._resume: list | None = None        # [blocked, T, extra, queue tail] or None
         self.reservation: tuple[int, int] | None = None  # (job id, expected start) last pass
         self._admitted: dict[int, tuple] = {}   # job id → (JobView, its shape) from admit
         self._shapes: dict[tuple, tuple | None] = {}  # request and limits → (cpus, d, NodeAlloc)
@@ -280,7 +280,7 @@ class PooledScheduler:
         del blk[bisect_left(blk, key)]
         self._bfront[b] = None
         if len(blk) <= _BLOCK // 4:
-            self._thin = True
+            self._thin.add(b)
         self.free -= c
         end = now + d
         insort(self.releases, (end, jid, c))
@@ -321,26 +321,19 @@ class PooledScheduler:
         return extra
 
     def _compact(self) -> None:
-        """Drop emptied blocks and merge neighbours that fit in one (after starts)."""
-        self._thin = False
-        bkeys = self._bkeys
-        if len(bkeys) == 1:
-            return
-        keys: list[list[tuple]] = []
-        front: list = []
-        for blk, fr in zip(bkeys, self._bfront):
-            if not blk:
-                continue
-            if keys and len(keys[-1]) + len(blk) <= _BLOCK:
-                keys[-1].extend(blk)
-                front[-1] = None
-            else:
-                keys.append(blk)
-                front.append(fr)
-        if not keys:
-            keys, front = [[]], [None]
-        self._bkeys, self._bfront = keys, front
-        self._bfirst = [()] + [blk[0] for blk in keys[1:]]
+        """Merge each block that ran low during the pass into its successor (or drop it
+        if empty). Block indices do not move during a pass; from the last one down, a
+        merge moves none of those still to do."""
+        bkeys, bfirst, bfront = self._bkeys, self._bfirst, self._bfront
+        for b in sorted(self._thin, reverse=True):
+            if b + 1 < len(bkeys) and len(bkeys[b]) + len(bkeys[b + 1]) <= 2 * _BLOCK:
+                bkeys[b].extend(bkeys[b + 1])
+                del bkeys[b + 1], bfirst[b + 1], bfront[b + 1]
+                bfront[b] = None
+            elif not bkeys[b] and len(bkeys) > 1:
+                del bkeys[b], bfront[b]
+                del bfirst[b if b else 1]  # block 0 keeps the lower bound ()
+        self._thin.clear()
 
     def _earliest(self, need: int, now: int) -> tuple[int | None, int]:
         """First time the free CPUs reach ``need`` and the CPUs free then beyond it.

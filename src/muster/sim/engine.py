@@ -56,6 +56,7 @@ its submit time; free CPUs/memory/GPUs never go negative; a job never runs past 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import heapq
 import signal as _signal
 import time as _time
@@ -216,9 +217,17 @@ class Simulator:
         self.skipped: list[tuple[TraceJob, str]] = []
         self.jobs: list[TraceJob] = []
         t0 = _time.perf_counter()
-        self._screen(jobs)
-        if why is None and pooled is not False:
-            why = next((w for v in self.views.values() if (w := self.pooled.admit(v))), None)
+        # a JobView per job and nothing cyclic: the collector's passes over the growing heap
+        # would be a quarter of the set-up time on a large trace
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            self._screen(jobs)
+            if why is None and pooled is not False:
+                why = next((w for v in self.views.values() if (w := self.pooled.admit(v))), None)
+        finally:
+            if collecting:
+                gc.enable()
         if why is not None or pooled is False:
             if pooled:
                 raise ValueError(f"the pooled scheduler does not apply: {why}")
