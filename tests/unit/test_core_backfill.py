@@ -162,3 +162,24 @@ def test_limits_hold_without_blocking_the_partition():
         assert [s.job_id for s in plan.starts] == [2]
         assert plan.reasons == {1: "QOSMaxGRESPerUser"}
         assert plan.starts[0].scheduler == "Main"
+
+
+def test_a_rounded_reservation_never_overlaps_an_earlier_one():
+    """Found by the oversubscription property test: with bf_resolution 300 a one-minute job
+    fit [10060, 10120) before a reservation at 10120, but its reservation is held for the
+    rounded window [10060, 10360) and took n0's whole memory twice. A reservation must fit
+    for the window it holds."""
+    now = 10000
+    ns = [node("n0", 0, cpus=2, mem=1000), node("n1", 1, cpus=2, mem=1000)]
+    r = running(1001, [("n1", 1, 1, ())], start=9900, end=now + 120)
+    jobs = [job(1, priority=99, nodes_min=2, time_limit=1),  # whole memory of both nodes
+            job(2, priority=98, time_limit=1),
+            job(3, priority=97, time_limit=1),
+            job(4, priority=96, time_limit=1)]
+    cfg = SchedConfig(backfill=True, bf_depth=None, bf_resolution=300)
+    plan = schedule(busy_snapshot(ns, [r], jobs, now=now), cfg)
+    assert [s.job_id for s in plan.starts] == [2]          # n0 for [now, now+60)
+    assert plan.expected_start[1] == now + 120            # both nodes, held until now+420
+    # job 3 fits n0 in [now+60, now+120) but not for the 300 s it would hold: after job 1
+    assert plan.expected_start[3] == now + 420
+    assert plan.sched_nodes == {1: "n0,n1", 3: "n0", 4: "n1"}

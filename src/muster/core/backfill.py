@@ -20,7 +20,8 @@ Contract:
   ``Priority`` after. While fewer than ``bf_depth`` reservations exist (None = all:
   conservative; 1 = EASY) and the QOS has no ``NoReserve``: reserve exactly the CPUs,
   memory and GPU indices the job would get (not whole nodes) for ``[T, T + d)`` rounded
-  up to ``bf_resolution``, record ``expected_start`` and ``sched_nodes``. Without a
+  up to ``bf_resolution`` (the earliest ``T`` at which that whole window fits), record
+  ``expected_start`` and ``sched_nodes``. Without a
   reservation the estimate is still reported (informational). Beyond the window: none.
 * Because every start and reservation is carved out of the same profile, a job starts
   now only if it delays no reservation made before it (given accurate limits).
@@ -354,12 +355,18 @@ def run(
         if found is None or not backfill:
             continue
         T, make = found
-        res.expected[jid] = T
         if (depth is None or reserved < depth) and not limits.no_reserve(job):
-            alloc = make()
-            end = T + -(-d // resolution) * resolution
-            planner.tl.commit(alloc, T, end)
-            res.sched_nodes[jid] = alloc.node_names
-            reserved += 1
-            done.add(jid)
+            # the reservation holds [T, T+d) rounded up to bf_resolution: it must fit for
+            # that whole window, or it would overlap a later reservation made before it
+            held = -(-d // resolution) * resolution
+            if held != d:
+                found = planner.find(job, rq, ck, cands, held, hz, cfg)
+            if found is not None:
+                T, make = found
+                alloc = make()
+                planner.tl.commit(alloc, T, T + held)
+                res.sched_nodes[jid] = alloc.node_names
+                reserved += 1
+                done.add(jid)
+        res.expected[jid] = T
     return res
