@@ -45,7 +45,7 @@ from .snapshot import JobView, PartitionView, SchedConfig, Snapshot
 from .timeline import INF, Shape, Timeline, gpu_mask, mask_gpus
 from .topology import Topology
 
-__all__ = ["Result", "YEAR", "estimate", "plan_shape", "run", "running_end"]
+__all__ = ["Result", "YEAR", "estimate", "node_tasks", "plan_shape", "run", "running_end"]
 
 YEAR = 365 * 86400
 
@@ -175,15 +175,19 @@ class _Planner:
         return T, lambda: _direct(job, rq, shape, tl, sorted(ps), T, d)
 
 
+def node_tasks(rq: Request) -> int:
+    """Tasks on each node of a job whose nodes all get the same shape (:func:`plan_shape`)."""
+    if rq.tasks_mode == "pack":
+        return rq.ntasks
+    return 1 if rq.tasks_mode == "one" else rq.tpn
+
+
 def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int], T: int,
             d: int) -> Allocation:
     """The allocation :func:`~muster.core.placement.place_request` would build on these
     nodes (each fits ``shape`` for ``[T, T+d)``): lowest free GPU indices, memory by mode."""
     c, m, g, m_all, excl = shape
-    if rq.tasks_mode == "pack":
-        t = rq.ntasks
-    else:
-        t = 1 if rq.tasks_mode == "one" else rq.tpn
+    t = node_tasks(rq)
     mm = rq.mem_mode
     out = []
     for p in ps:

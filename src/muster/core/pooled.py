@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 
-from .backfill import YEAR, estimate, plan_shape
+from .backfill import YEAR, estimate, node_tasks, plan_shape
 from .limits import partition_reason
 from .placement import Allocation, NodeAlloc, request_key, request_of
 from .schedule import Start, _static_reason
@@ -164,8 +164,7 @@ class PooledScheduler:
         if shaped is None or shaped[1] != 1 or shaped[0][0] > n.cpus:
             return None
         c = shaped[0][0]
-        tasks = rq.ntasks if rq.tasks_mode == "pack" else 1 if rq.tasks_mode == "one" else rq.tpn
-        na = NodeAlloc(node=n.name, cpus=c, mem=rq.mem * c, gpus=(), tasks=tasks)
+        na = NodeAlloc(node=n.name, cpus=c, mem=rq.mem * c, gpus=(), tasks=node_tasks(rq))
         # the pass plans [now, now + d); later passes see the running job end where the
         # shell's lifecycle puts it (running_end): start + limit, or + MaxTime, or + a year.
         # They differ only for a limit of 0 (planned as a minute, ends at once: overdue)
