@@ -191,6 +191,22 @@ def restart_controller(c: "Cluster", kill_signal: int = 9, env: dict | None = No
     return p.pid
 
 
+def start_agent(c: "Cluster", node: str) -> int:
+    """Start musterd for ``node`` (a replacement for one that was killed: the jobs it had keep
+    running under their supervisors) and record its pid for `muster down`."""
+    log = os.path.join(c.state_dir, "log", f"musterd-{node}.log")
+    p = subprocess.Popen([os.path.join(BIN, "musterd"), "-f", c.conf, "-N", node, "-L", log],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    rec = c.pids()
+    rec["agents"][node] = p.pid
+    tmp = os.path.join(c.state_dir, "muster.pids.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(rec, fh)
+    os.replace(tmp, os.path.join(c.state_dir, "muster.pids"))
+    return p.pid
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:

@@ -291,3 +291,25 @@ def test_squeue_filters_with_projected_formats(cluster, workdir):
     r = cluster.run(["squeue", "-h", "-w", "node1", "-o", "%i"])
     assert r.rc == 0 and str(jid) not in r.out.split()
     cluster.run(["scancel", str(jid)])
+
+
+def test_time_limit_update_keeps_a_running_batch_job(cluster, workdir):
+    """`scontrol update TimeLimit=` on a running batch job reaches its supervisor (SIGUSR2 to
+    re-read the limit) and must not kill it: the job goes on and ends COMPLETED."""
+    go = os.path.join(workdir, "go")
+    jid = cluster.sbatch("-t", "5", "--wrap", f"while [ ! -e {go} ]; do sleep 0.05; done; echo done",
+                         cwd=workdir)
+    cluster.wait_state(jid, "RUNNING")
+    cluster.ok("scontrol", "update", f"JobId={jid}", "TimeLimit=10")
+    wait_for(lambda: "TimeLimit=00:10:00" in cluster.ok("scontrol", "show", "job", str(jid)),
+             what="new limit shown")
+    # the supervisor has been woken (the agent writes limit.json, then SIGUSR2); give it the
+    # chance to die from it before the job is let go
+    spool = os.path.join(cluster.state_dir, "spool")
+    wait_for(lambda: any(os.path.exists(os.path.join(root, "limit.json"))
+                         for root, _d, _f in os.walk(spool) if f"job{jid}." in root),
+             what="limit.json in the job's spool")
+    assert cluster.state_of(jid) == "RUNNING"
+    open(go, "w").close()
+    assert cluster.wait_done(jid) == "COMPLETED"
+    assert read(os.path.join(workdir, f"slurm-{jid}.out")) == "done\n"

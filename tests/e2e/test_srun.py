@@ -219,6 +219,25 @@ def test_gpus_per_task_one_each(cluster, workdir):
     assert all(v.isdigit() for v in got.values())
 
 
+def test_gpu_bind_maps_each_task_to_its_gpus(cluster, workdir):
+    """--gpu-bind reaches the step layout: map_gpu gives task i the i-th listed GPU of the
+    step (indices within the step's GPUs), single:1 one GPU each."""
+    r = cluster.run(["srun", "-l", "-N1", "-n2", "--gres=gpu:2", "--gpu-bind=map_gpu:1,0",
+                     "printenv", "CUDA_VISIBLE_DEVICES"], cwd=workdir)
+    assert r.rc == 0, r
+    got = dict(line.split(": ") for line in r.out.splitlines())
+    assert sorted(got) == ["0", "1"] and got["0"] != got["1"], got
+    r2 = cluster.run(["srun", "-l", "-N1", "-n2", "--gres=gpu:2", "printenv",
+                      "CUDA_VISIBLE_DEVICES"], cwd=workdir)
+    unbound = dict(x.split(": ") for x in r2.out.splitlines())
+    assert r2.rc == 0 and unbound["0"] == unbound["1"] and unbound["0"].count(",") == 1, r2
+    r3 = cluster.run(["srun", "-l", "-N1", "-n2", "--gres=gpu:2", "--gpu-bind=single:1",
+                      "printenv", "CUDA_VISIBLE_DEVICES"], cwd=workdir)
+    assert r3.rc == 0, r3
+    single = dict(line.split(": ") for line in r3.out.splitlines())
+    assert all(v.isdigit() for v in single.values()) and single["0"] != single["1"], single
+
+
 def test_gpu_jobs_on_one_node_disjoint_and_third_waits(cluster, workdir):
     """Two ``--gres=gpu:4`` jobs on node3 get disjoint sets; a third waits (Resources) until one
     ends, then runs on the freed GPUs."""

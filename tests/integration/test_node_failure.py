@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from cluster import BIN, _alive, private_cluster, wait_for
+from cluster import _alive, private_cluster, start_agent, wait_for
 
 
 @pytest.fixture
@@ -37,16 +37,7 @@ def kill_node(c, node: str) -> None:
 
 
 def restart_agent(c, node: str) -> int:
-    log = os.path.join(c.state_dir, "log", f"musterd-{node}.log")
-    p = subprocess.Popen([os.path.join(BIN, "musterd"), "-f", c.conf, "-N", node, "-L", log],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-    rec = c.pids()
-    rec["agents"][node] = p.pid
-    import json
-    with open(os.path.join(c.state_dir, "muster.pids"), "w") as fh:
-        json.dump(rec, fh)
-    return p.pid
+    return start_agent(c, node)
 
 
 def node_state(c, node):

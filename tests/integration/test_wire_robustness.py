@@ -3,8 +3,10 @@
 Raw sockets talk to a real musterctld (the session ``cluster``): garbage, huge or truncated
 frames, frames that are not JSON objects, wrong field types, oversized requests and idle
 connections. After each, the controller must still answer, with the jobs submitted before
-intact. On TCP every request needs an HMAC credential minted with the cluster key: none,
-forged, replayed or stale ones are refused; a valid one runs the request as its uid.
+intact. On TCP nothing is answered but the link handshake (muster.common.linkauth) until the
+peer has proved it holds the cluster key: requests without it, a wrong key, tampered claims
+or a replayed handshake are refused; an authenticated link runs requests as the claimed uid.
+(tests/security/test_link_auth.py attacks authenticated links and the agents.)
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ import time
 
 import pytest
 
+import linkpeer
 from cluster import TEST_USER, TEST_USER2, wait_for
-from muster.common import auth
+from muster.common import auth, linkauth
 
 HDR = struct.Struct(">I")
 SCRIPT = "#!/bin/sh\ntrue\n"
@@ -126,13 +129,28 @@ def tcp_call(cluster, msg: dict) -> dict | None:
         return request(s, msg)
 
 
-def mint_for(cluster, user: str | int, **kw) -> dict:
+def ids_of(user: str | int) -> dict:
     if isinstance(user, int):
-        uid, gid = user, user
-    else:
-        pw = pwd.getpwnam(user)
-        uid, gid = pw.pw_uid, pw.pw_gid
-    return auth.mint(cluster_key(cluster), uid, gid, host="testhost", **kw)
+        return {"uid": user, "gid": user}
+    pw = pwd.getpwnam(user)
+    return {"uid": pw.pw_uid, "gid": pw.pw_gid}
+
+
+def tcp_link(cluster, user: str | int = 0, role: str = "client",
+             key: bytes | None = None, **claims) -> linkpeer.SyncLink:
+    """An authenticated link (with the cluster key unless ``key``) claiming ``user``."""
+    return linkpeer.connect(tcp_addr(cluster), [key or cluster_key(cluster)], role,
+                            {**ids_of(user), "host": "testhost", **claims})
+
+
+def tcp_call(cluster, msg: dict, user: str | int = 0) -> dict | None:
+    """One request on a fresh authenticated link as ``user``; the reply."""
+    link = tcp_link(cluster, user)
+    try:
+        link.send(msg)
+        return link.recv()
+    finally:
+        link.close()
 
 
 def job_record(cluster, job_id: int) -> dict:
@@ -213,10 +231,12 @@ def test_garbage_is_refused_and_harmless(cluster, baseline, where, payload):
             pass
         reply = recv_reply(s)
         # every one gets an error reply; on TCP a peer that closes with unread data may
-        # reset the connection before the reply arrives
+        # reset the connection before the reply arrives, and a JSON object that is not a
+        # handshake gets the authentication refusal
         if where == "unix" or reply is not None:
             assert reply is not None
-            assert reply["ok"] is False and reply["code"] in ("invalid_request", "too_large"), reply
+            codes = ("invalid_request", "too_large") + (("auth",) if where == "tcp" else ())
+            assert reply["ok"] is False and reply["code"] in codes, reply
             assert "Traceback" not in reply["error"]
         assert closed_by_peer(s)
     assert_healthy(cluster, baseline)
@@ -383,7 +403,7 @@ def test_malformed_submit_is_refused(cluster, baseline, body):
     msg = {"op": "submit", **body}
     if body.get("job") == {"priority": 10**6}:
         # priority is for admins: a plain user through TCP is refused
-        reply = tcp_call(cluster, {**msg, "cred": mint_for(cluster, TEST_USER)})
+        reply = tcp_call(cluster, msg, TEST_USER)
         assert reply["ok"] is False and reply["code"] == "access_denied"
     else:
         reply = unix_call(cluster, msg)
@@ -436,7 +456,7 @@ def test_many_idle_connections(cluster, baseline):
             s.sendall(HDR.pack(1000) + b'{"op":')
         t0 = time.monotonic()
         assert unix_call(cluster, {"op": "ping"})["ok"]
-        assert tcp_call(cluster, {"op": "ping", "cred": mint_for(cluster, 0)})["ok"]
+        assert tcp_call(cluster, {"op": "ping"})["ok"]
         assert time.monotonic() - t0 < 5
         assert_healthy(cluster, baseline)
     finally:
@@ -471,9 +491,15 @@ def test_key_file_is_0600_and_owned_by_cluster_owner(cluster):
     assert stat.S_ISREG(st.st_mode)
 
 
-def test_tcp_without_credential_is_refused(cluster, baseline):
+def test_tcp_without_handshake_is_refused(cluster, baseline):
+    """Plain requests, and the old credential-in-the-first-frame form, are refused unread."""
+    key = cluster_key(cluster)
     for msg in ({"op": "ping"}, {"op": "ping", "cred": None}, {"op": "ping", "cred": "root"},
-                {"op": "ping", "cred": {}}, {"op": "ping", "cred": {"uid": 0, "gid": 0}}):
+                {"op": "ping", "cred": {"uid": 0, "gid": 0}},
+                {"op": "hello", "v": 1, "nonce": "zz", "role": "client", "keys": []},
+                {"op": "hello", "v": 1, "nonce": linkauth.new_nonce(), "role": "root",
+                 "keys": [linkauth.key_id(key)]},
+                {"op": "auth", "claims": {"uid": 0, "gid": 0}, "proof": "0" * 64}):
         with connect_tcp(cluster) as s:
             reply = request(s, msg)
             assert reply["ok"] is False and reply["code"] == "auth", reply
@@ -482,69 +508,95 @@ def test_tcp_without_credential_is_refused(cluster, baseline):
     assert_healthy(cluster, baseline)
 
 
-def test_tcp_forged_credential_is_refused(cluster, baseline):
-    wrong_key = b"0123456789abcdef" * 4
-    cred = auth.mint(wrong_key, 0, 0)
-    reply = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert reply["code"] == "auth" and "forged" in reply["error"]
-    # a genuine credential for a user, edited to claim root
-    cred = mint_for(cluster, TEST_USER)
-    cred["uid"] = cred["gid"] = 0
-    reply = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert reply["code"] == "auth" and "forged" in reply["error"]
-    cred = mint_for(cluster, 0)
-    cred["mac"] = cred["mac"][::-1]
-    reply = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert reply["code"] == "auth"
-    cred = mint_for(cluster, 0)
-    cred["mac"] = "\u00e9" * 64
-    reply = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert reply["code"] == "auth"
+def test_tcp_wrong_key_is_refused(cluster, baseline):
+    # a key the controller does not have: no key in common, refused after the hello
+    with pytest.raises(linkauth.LinkAuthError, match="refused.*no cluster key in common"):
+        tcp_link(cluster, 0, key=b"0123456789abcdef" * 4)
+    # the right key's id (public) but a proof made with another key
+    key = cluster_key(cluster)
+    with connect_tcp(cluster) as s:
+        link = linkpeer.SyncLink(s)
+        hs = linkauth.Initiator([key], "client", {"uid": 0, "gid": 0})
+        link.send_plain(hs.hello())
+        challenge = link.recv_plain()
+        assert challenge["ok"] and challenge["key"] == linkauth.key_id(key)
+        forged = linkauth.initiator_proof(b"x" * 64, "client", hs.nonce, challenge["nonce"],
+                                          hs.claims)
+        link.send_plain({"op": "auth", "claims": hs.claims, "proof": forged})
+        link.sock.sendall(linkpeer.pack(b'{"op":"ping"}' + b"\0" * linkauth.TAG_BYTES))
+        reply = link.recv_plain()
+        assert reply["code"] == "auth" and "bad proof" in reply["error"], reply
+        assert closed_by_peer(s)
     assert_healthy(cluster, baseline)
 
 
-def test_tcp_replayed_credential_is_refused(cluster, baseline):
-    cred = mint_for(cluster, TEST_USER)
-    first = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert first["ok"] and first["uid"] == pwd.getpwnam(TEST_USER).pw_uid
-    again = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert again["ok"] is False and again["code"] == "auth" and "replayed" in again["error"]
-    # a replay that tries another operation is refused too
-    again = tcp_call(cluster, {"op": "submit", "cred": cred, "job": {"work_dir": "/tmp"},
-                               "script": SCRIPT, "env": {}})
-    assert again["code"] == "auth"
+def test_tcp_tampered_claims_are_refused(cluster, baseline):
+    """A genuine proof for a plain user, with the claims edited to root, is refused."""
+    key = cluster_key(cluster)
+    with connect_tcp(cluster) as s:
+        link = linkpeer.SyncLink(s)
+        hs = linkauth.Initiator([key], "client", {**ids_of(TEST_USER), "host": "h"})
+        link.send_plain(hs.hello())
+        auth_msg = hs.answer(link.recv_plain())
+        auth_msg["claims"] = {"uid": 0, "gid": 0, "host": "h"}
+        link.send_plain(auth_msg)
+        reply = link.recv_plain()
+        assert reply["code"] == "auth" and "bad proof" in reply["error"], reply
+        assert closed_by_peer(s)
     assert_healthy(cluster, baseline)
 
 
-@pytest.mark.parametrize("skew", [-auth.TTL - 60, auth.TTL + 60, -86400 * 365])
-def test_tcp_stale_credential_is_refused(cluster, baseline, skew):
-    cred = mint_for(cluster, TEST_USER, now=time.time() + skew)
-    reply = tcp_call(cluster, {"op": "ping", "cred": cred})
-    assert reply["ok"] is False and reply["code"] == "auth" and "expired" in reply["error"]
+def test_tcp_replayed_handshake_is_refused(cluster, baseline):
+    """A recorded handshake (hello + proof) replayed on a new connection fails: the
+    controller's nonce is new, so the old proof does not cover it."""
+    key = cluster_key(cluster)
+    with connect_tcp(cluster) as s:
+        link = linkpeer.SyncLink(s)
+        hs = linkauth.Initiator([key], "client", {"uid": 0, "gid": 0, "host": "h"})
+        hello = hs.hello()
+        link.send_plain(hello)
+        recorded = hs.answer(link.recv_plain())
+        link.send_plain(recorded)
+        link.sealer, link.opener = hs.pair()
+        link.send({"op": "ping"})
+        assert link.recv()["ok"]
+    with connect_tcp(cluster) as s:
+        link = linkpeer.SyncLink(s)
+        link.send_plain(hello)
+        assert link.recv_plain()["ok"]  # a fresh challenge
+        link.send_plain(recorded)
+        reply = link.recv_plain()
+        assert reply["code"] == "auth" and "bad proof" in reply["error"], reply
+        assert closed_by_peer(s)
     assert_healthy(cluster, baseline)
 
 
-def test_tcp_valid_credential_runs_as_its_uid(cluster, baseline, test_user):
+def test_tcp_link_runs_as_its_claimed_uid(cluster, baseline, test_user):
     pw = pwd.getpwnam(test_user)
-    reply = tcp_call(cluster, {"op": "ping", "cred": mint_for(cluster, test_user)})
+    reply = tcp_call(cluster, {"op": "ping"}, test_user)
     assert reply["ok"] and reply["uid"] == pw.pw_uid and reply["admin"] is False
     reply = tcp_call(cluster, {
-        "op": "submit", "cred": mint_for(cluster, test_user),
-        "job": {"name": "via-tcp", "hold": True, "work_dir": cluster.workdir},
-        "script": SCRIPT, "env": {"PATH": "/usr/bin:/bin"}})
+        "op": "submit", "job": {"name": "via-tcp", "hold": True, "work_dir": cluster.workdir},
+        "script": SCRIPT, "env": {"PATH": "/usr/bin:/bin"}}, test_user)
     assert reply["ok"], reply
     jid = reply["job_id"]
     rec = job_record(cluster, jid)
     assert (rec["uid"], rec["user"], rec["name"]) == (pw.pw_uid, test_user, "via-tcp")
     r = cluster.run(["squeue", "-h", "-j", str(jid), "-o", "%u %j %T"])
     assert r.out.split() == [test_user, "via-tcp", "PENDING"]
-    # the credential's user may act on its own job, another user may not
-    reply = tcp_call(cluster, {"op": "cancel", "jobs": [{"job_id": jid}],
-                               "cred": mint_for(cluster, TEST_USER2)})
+    # the link's user may act on its own job, another user may not
+    reply = tcp_call(cluster, {"op": "cancel", "jobs": [{"job_id": jid}]}, TEST_USER2)
     assert reply["ok"] and reply["errors"] and reply["errors"][0]["code"] == "access_denied"
     assert job_record(cluster, jid)["state"] == "PENDING"
-    reply = tcp_call(cluster, {"op": "cancel", "jobs": [{"job_id": jid}],
-                               "cred": mint_for(cluster, test_user)})
+    # several requests on one link
+    link = tcp_link(cluster, test_user)
+    try:
+        link.send({"op": "ping"})
+        assert link.recv()["uid"] == pw.pw_uid
+        link.send({"op": "cancel", "jobs": [{"job_id": jid}]})
+        reply = link.recv()
+    finally:
+        link.close()
     assert reply["ok"] and not reply["errors"]
     assert job_record(cluster, jid)["state"] == "CANCELLED"
     assert_healthy(cluster, baseline)
@@ -552,19 +604,23 @@ def test_tcp_valid_credential_runs_as_its_uid(cluster, baseline, test_user):
 
 def test_non_admin_cannot_register_as_agent(cluster, baseline, test_user):
     before = unix_call(cluster, {"op": "nodes"})["nodes"]
-    reg = {"op": "agent_register", "node": "node1", "cred": mint_for(cluster, test_user),
-           "running": [], "finished": [], "version": "evil"}
-    with connect_tcp(cluster) as s:
-        reply = request(s, reg)
+    reg = {"op": "agent_register", "node": "node1", "running": [], "finished": [],
+           "version": "evil"}
+    link = tcp_link(cluster, test_user, role="agent", node="node1")
+    try:
+        link.send(reg)
+        reply = link.recv()
         assert reply["ok"] is False and reply["code"] == "access_denied", reply
-        assert closed_by_peer(s)
+        assert closed_by_peer(link.sock)
+    finally:
+        link.close()
     # the real agent's link was not replaced: all nodes still up and answering
     after = unix_call(cluster, {"op": "nodes"})["nodes"]
     assert [(n["name"], n["state"]) for n in after] == [(n["name"], n["state"]) for n in before]
     assert unix_call(cluster, {"op": "ping"})["nodes_up"] == cluster.nodes
-    # a forged agent registration (no key) is refused before anything else
-    reg["cred"] = auth.mint(b"x" * 64, 0, 0)
-    assert tcp_call(cluster, reg)["code"] == "auth"
+    # an agent registration without the key is refused before anything else
+    with pytest.raises(linkauth.LinkAuthError, match="no cluster key in common"):
+        tcp_link(cluster, 0, role="agent", key=b"x" * 64, node="node1")
     assert unix_call(cluster, {"op": "ping"})["nodes_up"] == cluster.nodes
     assert_healthy(cluster, baseline)
 
@@ -574,7 +630,7 @@ def test_non_admin_cannot_drain_a_node(cluster, baseline, test_user):
         return [n for n in unix_call(cluster, {"op": "nodes"})["nodes"] if n["name"] == "node1"][0]
     before = node1()
     drain = {"op": "update_node", "nodes": ["node1"], "state": "DRAIN", "reason": "pwned"}
-    reply = tcp_call(cluster, {**drain, "cred": mint_for(cluster, test_user)})
+    reply = tcp_call(cluster, drain, test_user)
     assert reply["ok"] is False and reply["code"] == "invalid_user", reply
     r = cluster.run(["scontrol", "update", "nodename=node1", "state=drain", "reason=x"],
                     user=test_user)
@@ -587,11 +643,11 @@ def test_non_admin_cannot_drain_a_node(cluster, baseline, test_user):
 
 def test_garbage_before_authentication_on_tcp(cluster, baseline):
     """Unauthenticated peers get only refusals, and nothing they send runs."""
-    reply = tcp_call(cluster, {"op": "update_node", "nodes": ["node1"], "state": "DOWN",
-                               "reason": "x"})
-    assert reply["code"] == "auth"
-    reply = tcp_call(cluster, {"op": "submit", "job": {}, "script": SCRIPT, "env": {}})
-    assert reply["code"] == "auth"
+    for msg in ({"op": "update_node", "nodes": ["node1"], "state": "DOWN", "reason": "x"},
+                {"op": "submit", "job": {}, "script": SCRIPT, "env": {}},
+                {"op": "agent_register", "node": "node1", "running": [], "finished": []}):
+        with connect_tcp(cluster) as s:
+            assert request(s, msg)["code"] == "auth"
     assert unix_call(cluster, {"op": "ping"})["nodes_up"] == cluster.nodes
     assert_healthy(cluster, baseline)
 
@@ -603,7 +659,9 @@ def test_key_never_in_logs_or_output(cluster, baseline):
         secret = fh.read().strip()
     assert len(secret) >= 32
     # provoke some logging first: refused peers, bad frames
-    tcp_call(cluster, {"op": "ping", "cred": auth.mint(b"y" * 64, 0, 0)})
+    with pytest.raises(linkauth.LinkAuthError):
+        tcp_link(cluster, 0, key=b"y" * 64)
+    tcp_call(cluster, {"op": "ping"}, TEST_USER)
     with connect_tcp(cluster) as s:
         s.sendall(b"garbage garbage garbage")
     logs = glob.glob(os.path.join(cluster.state_dir, "log", "*"))

@@ -25,6 +25,8 @@ from muster.core.schedule import schedule
 def _cfg(draw) -> SchedConfig:
     backfill = draw(st.booleans())
     return SchedConfig(
+        # every priority of the job alone: as given, priority/basic, multifactor without weights
+        priority_type=draw(st.sampled_from(["none", "basic", "multifactor"])),
         backfill=backfill, bf_depth=1, bf_max_job_test=0,
         bf_window=draw(st.sampled_from([20 * 365 * 1440, 1440, 30, 5])),
         bf_resolution=draw(st.sampled_from([1, 60, 300])),
@@ -50,7 +52,8 @@ def _job(rng: random.Random, jid: int, now: int, cpus: int, max_time) -> JobView
     kw = {"n": dict(ntasks=size), "c": dict(cpus_per_task=size),
           "nc": dict(ntasks=max(1, size // 2), cpus_per_task=2 if size >= 2 else 1)}[shape]
     return JobView(job_id=jid, priority=rng.choice([1, 1, 1, 5]), submit_time=now,
-                   partitions=("p",), time_limit=limit, mem_per_cpu=1, **kw)
+                   partitions=("p",), time_limit=limit, mem_per_cpu=1,
+                   nice=rng.choice([0, 0, 0, 100, -100]), **kw)
 
 
 @settings(max_examples=1000, deadline=None)
@@ -157,7 +160,13 @@ def test_scope_is_explained():
     assert "EASY" in PooledScheduler.unsupported(
         [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=0))
     assert "multifactor" in PooledScheduler.unsupported(
-        [node], [part], SchedConfig(priority_type="multifactor"))
+        [node], [part], SchedConfig(priority_type="multifactor", weight_age=10))
+    # multifactor without weights (Slurm 23.11's default) and priority/basic depend on the job
+    # alone: in scope
+    assert PooledScheduler.unsupported([node], [part],
+                                       SchedConfig(priority_type="multifactor")) is None
+    assert PooledScheduler.unsupported([node], [part],
+                                       SchedConfig(priority_type="basic")) is None
     assert "more than one" in PooledScheduler.unsupported([node, node], [part], easy)
     p = PooledScheduler(node, part, easy)
     assert p.admit(JobView(job_id=1, partitions=("p",), ntasks=2, mem_per_cpu=1)) is None

@@ -1,7 +1,8 @@
-"""muster.common.auth: key files, minting and verifying HMAC credentials."""
+"""muster.common.auth: key files (mode, owner, rotation) and job credentials."""
 
 import os
 import stat
+import time
 
 import pytest
 
@@ -66,114 +67,98 @@ def test_key_symlink_is_refused(keyfile, tmp_path):
         auth.load_key(str(link))
 
 
-def test_mint_verify_roundtrip(key):
-    cred = auth.mint(key, 1234, 567, host="login1")
-    assert set(cred) == {"uid", "gid", "host", "ts", "nonce", "mac"}
-    assert auth.Verifier(key).verify(cred) == (1234, 567)
+def test_key_owned_by_another_user_is_refused(keyfile):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the key away")
+    os.chown(keyfile, 1001, -1)  # any uid that is neither ours nor root's
+    with pytest.raises(auth.CredentialError, match=r"must be owned by uid 0 or root "
+                                                   r"\(it is owned by uid 1001\)"):
+        auth.load_key(keyfile)
+    os.chown(keyfile, 0, 1001)  # another group owning it is fine while the mode is 0600
+    assert auth.load_key(keyfile)
 
 
-def test_credential_is_json_safe(key):
+def test_error_is_one_line(keyfile):
+    os.chmod(keyfile, 0o640)
+    with pytest.raises(auth.CredentialError) as exc:
+        auth.load_key(keyfile)
+    assert "\n" not in str(exc.value) and keyfile in str(exc.value)
+
+
+def test_load_keys_adds_the_old_key_of_a_rotation(keyfile):
+    assert auth.load_keys(keyfile) == [auth.load_key(keyfile)]
+    auth.generate_key(keyfile + ".old")
+    new, old = auth.load_keys(keyfile)
+    assert new == auth.load_key(keyfile) and old == auth.load_key(keyfile + ".old")
+    os.chmod(keyfile + ".old", 0o644)  # the old key is checked like the new one
+    with pytest.raises(auth.CredentialError, match=r"\.old: key file must be mode 0600"):
+        auth.load_keys(keyfile)
+
+
+# ---- job credentials ------------------------------------------------------------------------
+
+LAUNCH = {"op": "launch", "job_id": 7, "run": 1, "uid": 1001, "gid": 1001, "groups": [1001],
+          "script": "#!/bin/sh\n"}
+
+
+def _signed(key, msg, node="node1", uid=1001, gid=1001, now=None):
+    return dict(msg, cred=auth.mint_job_cred(auth.cred_key(key), msg, node, uid, gid, now))
+
+
+def test_job_cred_roundtrip_and_json_safe(key):
     import json
-    cred = json.loads(json.dumps(auth.mint(key, 0, 0)))
-    assert auth.Verifier(key).verify(cred) == (0, 0)
-
-
-def test_replay_refused(key):
-    v = auth.Verifier(key)
-    cred = auth.mint(key, 1000, 1000)
-    assert v.verify(dict(cred)) == (1000, 1000)
-    with pytest.raises(auth.CredentialError, match="replayed"):
-        v.verify(dict(cred))
-    # a fresh credential for the same user still works
-    assert v.verify(auth.mint(key, 1000, 1000)) == (1000, 1000)
-
-
-def test_refused_credential_does_not_burn_its_nonce(key):
-    """A forged copy of a nonce must not lock the genuine credential out."""
-    v = auth.Verifier(key)
-    cred = auth.mint(key, 1000, 1000)
-    forged = dict(cred, uid=0)
+    msg = json.loads(json.dumps(_signed(key, LAUNCH)))
+    auth.verify_job_cred([auth.cred_key(key)], msg, "node1", (1001, 1001))
+    # the cred key is derived: the cluster key itself does not verify it
     with pytest.raises(auth.CredentialError, match="forged"):
-        v.verify(forged)
-    assert v.verify(cred) == (1000, 1000)
+        auth.verify_job_cred([key], msg, "node1", (1001, 1001))
 
 
-@pytest.mark.parametrize("field,value", [
-    ("uid", 0), ("gid", 0), ("host", "elsewhere"), ("ts", None), ("nonce", "0" * 32),
-])
-def test_any_tampered_field_is_forged(key, field, value):
-    cred = auth.mint(key, 1000, 1000, host="h")
-    if field == "ts":
-        value = cred["ts"] + 1
-    cred[field] = value
-    with pytest.raises(auth.CredentialError, match="forged"):
-        auth.Verifier(key).verify(cred)
-
-
-def test_wrong_key_is_forged(key):
-    other = b"f" * 64
-    with pytest.raises(auth.CredentialError, match="forged"):
-        auth.Verifier(key).verify(auth.mint(other, 0, 0))
-
-
-def test_bad_mac_hex_is_forged(key):
-    cred = auth.mint(key, 0, 0)
-    cred["mac"] = "0" * 64
-    with pytest.raises(auth.CredentialError, match="forged"):
-        auth.Verifier(key).verify(cred)
-
-
-@pytest.mark.parametrize("skew", [-auth.TTL - 5, auth.TTL + 5, -10**6, 10**6])
-def test_stale_or_future_refused(key, skew):
-    t = 1_700_000_000
-    cred = auth.mint(key, 1000, 1000, now=t + skew)
-    with pytest.raises(auth.CredentialError, match="expired"):
-        auth.Verifier(key).verify(cred, now=t)
-
-
-@pytest.mark.parametrize("skew", [-auth.TTL, -1, 0, 1, auth.TTL])
-def test_within_window_accepted(key, skew):
-    t = 1_700_000_000
-    cred = auth.mint(key, 1000, 1000, now=t + skew)
-    assert auth.Verifier(key).verify(cred, now=t) == (1000, 1000)
-
-
-def test_replay_remembered_while_valid_then_stale(key):
-    t = 1_700_000_000
-    v = auth.Verifier(key)
-    cred = auth.mint(key, 5, 5, now=t)
-    v.verify(dict(cred), now=t)
-    with pytest.raises(auth.CredentialError, match="replayed"):
-        v.verify(dict(cred), now=t + auth.TTL)
-    with pytest.raises(auth.CredentialError, match="expired"):
-        v.verify(dict(cred), now=t + auth.TTL + 1)
-
-
-@pytest.mark.parametrize("cred", [
-    None, "string", 5, [], {}, {"uid": 0},
-    {"uid": "0", "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": True, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": -1, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": 2**40, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 1.5, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 2**80, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": ["x"], "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 0, "nonce": "", "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 10**6, "mac": "0" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": None},
-    {"uid": 0, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "é" * 64},
-    {"uid": 0, "gid": 0, "host": "", "ts": 0, "nonce": "a" * 32, "mac": "0" * 63},
-    {"uid": 0, "gid": 0, "host": "\ud800", "ts": 0, "nonce": "a" * 32, "mac": "0" * 64},
-], ids=lambda c: repr(c)[:40])
-def test_malformed_credentials_raise_only_credential_error(key, cred):
+@pytest.mark.parametrize("change", [
+    {"op": "launch_step"}, {"job_id": 8}, {"run": 2}, {"step_id": 0}, {"groups": [0]},
+    {"uid": 0}])
+def test_job_cred_covers_op_job_run_step_groups(key, change):
+    msg = dict(_signed(key, LAUNCH), **change)
     with pytest.raises(auth.CredentialError):
-        auth.Verifier(key).verify(cred)
+        auth.verify_job_cred([auth.cred_key(key)], msg, "node1", (msg["uid"], msg["gid"]))
 
 
-def test_many_credentials_do_not_grow_without_bound(key):
-    v = auth.Verifier(key, ttl=10)
-    t = 1_700_000_000
-    for i in range(100_050):
-        v._seen[f"{i:032x}"] = t - 100  # long expired
-    v.verify(auth.mint(key, 1, 1, now=t), now=t)
-    assert len(v._seen) < 100
+def test_job_cred_refusals(key):
+    ck = [auth.cred_key(key)]
+    with pytest.raises(auth.CredentialError, match="expired"):
+        auth.verify_job_cred(ck, _signed(key, LAUNCH, now=time.time() - auth.CRED_TTL - 5),
+                             "node1", (1001, 1001))
+    with pytest.raises(auth.CredentialError, match="for node 'node2', not 'node1'"):
+        auth.verify_job_cred(ck, _signed(key, LAUNCH, node="node2"), "node1", (1001, 1001))
+    with pytest.raises(auth.CredentialError, match="uid/gid 0/0, the job runs as 1001/1001"):
+        auth.verify_job_cred(ck, _signed(key, LAUNCH, uid=0, gid=0), "node1", (1001, 1001))
+    forged = _signed(key, LAUNCH)
+    forged["cred"]["node"] = "node2"
+    with pytest.raises(auth.CredentialError, match="forged"):
+        auth.verify_job_cred(ck, forged, "node2", (1001, 1001))
+    with pytest.raises(auth.CredentialError, match="forged"):
+        auth.verify_job_cred(ck, _signed(b"z" * 64, LAUNCH), "node1", (1001, 1001))
+
+
+def test_job_cred_of_either_rotation_key_is_accepted(key):
+    old = b"o" * 64
+    ck = [auth.cred_key(key), auth.cred_key(old)]
+    auth.verify_job_cred(ck, _signed(old, LAUNCH), "node1", (1001, 1001))
+
+
+def test_kill_list_cred_covers_the_list(key):
+    msg = _signed(key, {"op": "kill_list", "jobs": [3, 4]}, uid=None, gid=None)
+    auth.verify_job_cred([auth.cred_key(key)], msg, "node1")
+    with pytest.raises(auth.CredentialError, match="forged"):
+        auth.verify_job_cred([auth.cred_key(key)], dict(msg, jobs=[3, 4, 5]), "node1")
+
+
+_OK = {"node": "node1", "uid": 0, "gid": 0, "exp": 1, "mac": "0" * 64}
+
+
+@pytest.mark.parametrize("cred", [None, "x", 5, [], {}, {"node": "node1"}, dict(_OK, uid=-1),
+                                  dict(_OK, exp=True), dict(_OK, mac="é" * 64),
+                                  dict(_OK, node=1), dict(_OK, gid="0")])
+def test_malformed_job_creds_raise_only_credential_error(key, cred):
+    with pytest.raises(auth.CredentialError):
+        auth.verify_job_cred([auth.cred_key(key)], dict(LAUNCH, cred=cred), "node1", (1001, 1001))

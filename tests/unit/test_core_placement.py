@@ -159,6 +159,7 @@ def test_request_key_covers_every_field_the_normalisation_reads():
     field inside it changes the key (the pooled scheduler memoises shapes by it)."""
     import dataclasses
 
+    from muster.core.features import parse as parse_constraint
     from muster.core.placement import _normalise, request_key
     from muster.core.snapshot import JobView
 
@@ -172,8 +173,9 @@ def test_request_key_covers_every_field_the_normalisation_reads():
                "req_nodes": frozenset({"n1"}), "exc_nodes": frozenset({"n2"}), "exclusive": True,
                "time_limit": 5, "blocked": "Dependency", "max_starts": 3, "user": "u",
                "group": "g", "account": "a", "qos": "q", "time_min": 2, "switches": 1,
-               "switch_wait": 9, "features": frozenset({"f"}), "reservation": "r", "nice": 3,
-               "eligible_time": 4, "fixed_priority": True, "requeue": False}
+               "switch_wait": 9, "constraint": parse_constraint("f"), "reservation": "r",
+               "nice": 3, "eligible_time": 4, "fixed_priority": True, "requeue": False,
+               "cpus_per_gpu": 4, "deadline": 99}
     assert set(changed) == {f.name for f in dataclasses.fields(JobView)}
     for name, value in changed.items():
         other = dataclasses.replace(base, **{name: value})

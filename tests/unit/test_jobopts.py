@@ -115,11 +115,17 @@ def test_nodes(argv, mn, mx):
     assert (r["nodes_min"], r["nodes_max"]) == (mn, mx)
 
 
-@pytest.mark.parametrize("value", ["0", "abc", "4-2", "", "-1", "1-x"])
+@pytest.mark.parametrize("value", ["0", "abc", "", "-1", "1-x"])
 def test_nodes_invalid(value):
     e = fail(["-N", value, "--wrap", "true"])
     assert e.code == 255
     assert e.lines[0].startswith("sbatch: error: Invalid node count specification")
+
+
+def test_nodes_max_below_min_has_slurms_message():
+    e = fail(["-N", "4-2", "--wrap", "true"])
+    assert e.code == 255
+    assert e.lines == ["sbatch: error: Maximum node count 2 is less than minimum node count 4"]
 
 
 def test_task_and_cpu_counts():
@@ -312,9 +318,17 @@ def test_flags():
 
 
 def test_client_flags():
-    inv = run(["--parsable", "-W", "--test-only", "-vv", "-Q", "--wrap", "true"])
-    assert inv.parsable and inv.wait and inv.test_only and inv.quiet
+    inv = run(["--parsable", "-W", "-vv", "-Q", "--wrap", "true"])
+    assert inv.parsable and inv.wait and inv.quiet
     assert inv.verbose == 2
+
+
+def test_test_only_is_refused_not_submitted():
+    """Muster has no will-run estimate: --test-only would submit the job, so it is refused."""
+    e = fail(["--test-only", "--wrap", "true"])
+    assert e.code == 1
+    assert e.lines == ["sbatch: error: --test-only is not supported by Muster: no will-run "
+                       "estimate: the job would be submitted"]
 
 
 @pytest.mark.parametrize("flag,attr", [("-h", "help"), ("--help", "help"), ("--usage", "usage"),
@@ -353,8 +367,30 @@ def test_nodelist_and_file(tmp_path):
 def test_accepted_and_ignored_options():
     r = req("--get-user-env", "-M", "x", "--kill-on-invalid-dep=yes", "--ignore-pbs",
             "--uid=0", "--gid=root", "--propagate", "--threads-per-core=1", "--use-min-nodes")
-    assert r["kill_on_invalid_dep"] is True and r["uid"] == 0 and r["gid"] == "root"
+    assert r["kill_on_invalid_dep"] is True and r["uid"] == 0 and r["gid"] == 0
     assert fail(["--kill-on-invalid-dep=maybe", "--wrap", "true"]).code == 255
+
+
+@pytest.mark.parametrize("opt", ["uid", "gid"])
+def test_uid_gid_only_for_root(monkeypatch, opt):
+    """Slurm's arg_set_uid/arg_set_gid: a plain user is refused before anything is sent."""
+    monkeypatch.setattr(jobopts.os, "getuid", lambda: 1001)
+    e = fail([f"--{opt}=0", "--wrap", "true"])
+    assert (e.code, e.lines) == (255, [f"sbatch: error: --{opt} only permitted by root user"])
+
+
+@pytest.mark.parametrize("opt", ["uid", "gid"])
+def test_uid_gid_unknown_name(monkeypatch, opt):
+    monkeypatch.setattr(jobopts.os, "getuid", lambda: 0)
+    e = fail([f"--{opt}=no-such-name-xyz", "--wrap", "true"])
+    assert (e.code, e.lines) == (255, [f"sbatch: error: Invalid --{opt} specification"])
+
+
+def test_nice_out_of_range_has_slurms_message():
+    e = fail(["--nice=-2147483646", "--wrap", "true"])
+    assert (e.code, e.lines) == (
+        255, ["sbatch: error: Invalid --nice value, out of range (+/- 2147483645)"])
+    assert req("--nice=-2147483645")["nice"] == -2147483645
 
 
 # -- --signal ------------------------------------------------------------------------------------

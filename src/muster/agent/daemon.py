@@ -1,8 +1,16 @@
 """musterd: the node agent.
 
 One agent per node. It keeps one TCP connection to the controller (opened by the agent, from
-the node's own address, authenticated with an HMAC credential), over which it registers,
-heartbeats and reports job ends; the controller sends launch/terminate/signal messages back.
+the node's own address), over which it registers, heartbeats and reports job ends; the
+controller sends launch/terminate/signal messages back.
+
+Trust: the link starts with the linkauth handshake (muster.controller.netio.initiate). Until
+the controller has proved it holds the cluster key the agent sends it nothing but a hello
+(a nonce, its role, key ids) and reads nothing but the proof: a process squatting the
+controller's port while it is down gets no registration, no job list, and runs nothing. Every
+later frame is sealed (a forged, replayed or reordered one ends the link), and every message
+that makes the agent run, signal or kill something must also carry a job credential for this
+node and the job's uid/gid, not expired (muster.common.auth.verify_job_cred).
 
 Jobs are run by per-job supervisors (muster.agent.supervisor), so they survive an agent
 restart and keep running while the controller is away. Reports of ended jobs stay in the
@@ -26,12 +34,13 @@ import time
 from muster import __version__
 from muster.agent.stepd import run_stepd
 from muster.agent.supervisor import run_supervisor
-from muster.common import auth
-from muster.controller.netio import BadFrame, frame, read_frame
+from muster.common import auth, securefs
+from muster.controller.netio import STREAM_LIMIT, BadFrame, Link, LinkForged, initiate
 
 log = logging.getLogger("musterd")
 
 HEARTBEAT_S = 5.0
+REGISTER_TIMEOUT = 60.0  # the controller reconciles a registration (a commit) before answering
 ZYGOTE = None  # channel to the zygote (muster.agent.zygote), set by the entry point
 
 
@@ -50,12 +59,15 @@ class Agent:
         self.cfg = cfg
         self.node = cfg.nodes[node_name]
         self.name = node_name
-        self.key = auth.load_key(cfg.key_path)
+        self.keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
+        self.cred_keys = [auth.cred_key(k) for k in self.keys]
         spool_t = cfg.slurmd_spool_dir or os.path.join(cfg.state_save_location, "spool", "%n")
         self.spool = cfg.node_path(spool_t, node_name) if hasattr(cfg, "node_path") else \
             spool_t.replace("%n", node_name)
-        os.makedirs(self.spool, mode=0o711, exist_ok=True)
-        os.chmod(self.spool, 0o711)
+        # the spool and its parent are the agent's own: a directory someone else made (or may
+        # write) is refused, never adopted (muster.common.securefs)
+        securefs.ensure_private_dir(os.path.dirname(self.spool), "SlurmdSpoolDir's parent")
+        securefs.ensure_private_dir(self.spool, "SlurmdSpoolDir", mode=0o711)
         self.trash = os.path.join(self.spool, ".trash")
         os.makedirs(self.trash, mode=0o700, exist_ok=True)
         self._purging = False
@@ -65,7 +77,7 @@ class Agent:
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
         self.unacked_steps: dict[tuple[int, int, int], dict] = {}
-        self.writer: asyncio.StreamWriter | None = None
+        self.link: Link | None = None  # set once the controller has proved itself
         self.start_time = int(time.time())
         self._stop = asyncio.Event()
 
@@ -173,8 +185,7 @@ class Agent:
             except OSError:
                 pass
             log.error("job %s: supervisor ended without status %s", job_id, err)
-            status = {"job_id": job_id, "run": run, "exit_code": 1, "signal": 0,
-                      "launch_failed": True, "end_time": int(time.time())}
+            status = _launch_failure(job_id, run)
             _write_json(os.path.join(d, "status.json"), status)
         self.unacked[(job_id, run)] = status
         self._send({"op": "job_ended", **status})
@@ -182,12 +193,17 @@ class Agent:
     # ---- messages from the controller ---------------------------------------------------
     def on_message(self, msg: dict) -> None:
         op = msg.get("op")
+        if op in auth.CRED_OPS and not self._cred_ok(msg):
+            return
         if op == "launch":
             self.launch(msg)
         elif op == "terminate":
-            self.terminate(msg["job_id"], msg.get("run", 0), msg.get("why", "cancel"))
+            self.terminate(msg["job_id"], msg.get("run", 0), msg.get("why", "cancel"),
+                           steps_only=msg.get("scope") == "steps")
         elif op == "signal":
-            self.signal(msg["job_id"], msg.get("run", 0), msg["signal"], msg.get("scope", "steps"))
+            if _signum(msg.get("signal")):
+                self.signal(msg["job_id"], msg.get("run", 0), msg["signal"],
+                            msg.get("scope", "steps"), cont=msg.get("cont") is True)
         elif op == "update_limit":
             d = self._dir(msg["job_id"], msg.get("run", 0))
             if os.path.isdir(d):
@@ -200,7 +216,8 @@ class Agent:
         elif op == "launch_step":
             self.launch_step(msg)
         elif op == "signal_step":
-            self._poke_step((msg["job_id"], msg["step_id"], msg.get("run", 0)), msg["signal"])
+            if _signum(msg.get("signal")):
+                self.signal_step((msg["job_id"], msg["step_id"], msg.get("run", 0)), [msg["signal"]])
         elif op == "ack_step":
             key = (msg.get("job_id"), msg.get("step_id"), msg.get("run", 0))
             if self.unacked_steps.pop(key, None) is not None:
@@ -210,6 +227,44 @@ class Agent:
                 self._kill_unknown(jid)
         else:
             log.warning("unknown message %r", op)
+
+    def _cred_ok(self, msg: dict) -> bool:
+        """Does the message carry a valid job credential for this node and the job's user?
+        A refused launch is reported as a launch failure (unless that run is already here), so
+        the job does not hang; a refused step launch likewise."""
+        op = msg["op"]
+        if op in ("launch", "launch_step"):
+            ids = (msg.get("uid"), msg.get("gid"))
+        else:
+            ids = self._job_ids(msg)
+        try:
+            auth.verify_job_cred(self.cred_keys, msg, self.name, ids)
+            return True
+        except auth.CredentialError as exc:
+            log.warning("refused %s of job %s on %s: %s", op, msg.get("job_id"), self.name, exc)
+        job_id, run = msg.get("job_id"), msg.get("run", 0)
+        if op == "launch" and (job_id, run) not in self.jobs and \
+                (job_id, run) not in self.unacked and isinstance(job_id, int):
+            self._send({"op": "job_ended", **_launch_failure(job_id, run)})
+        elif op == "launch_step" and isinstance(msg.get("tasks"), list):
+            key = (job_id, msg.get("step_id"), run)
+            if key not in self.steps and key not in self.unacked_steps:
+                self._send({"op": "step_ended", **_step_failure(key, self.name, msg["tasks"])})
+        return False
+
+    def _job_ids(self, msg: dict) -> tuple | None:
+        """(uid, gid) of the job a terminate/signal/update names, from its launch on this
+        node (batch or step); None when this node never ran it (nothing to act on)."""
+        if msg.get("op") == "kill_list":
+            return None
+        job_id, run = msg.get("job_id"), msg.get("run", 0)
+        dirs = [self._dir(job_id, run)] + [self._step_dir(*k) for k in self.steps
+                                            if k[0] == job_id]
+        for d in dirs:
+            launch = _read_json(os.path.join(d, "launch.json"))
+            if launch is not None:
+                return launch.get("uid"), launch.get("gid")
+        return None
 
     def launch(self, L: dict) -> None:
         key = (L["job_id"], L.get("run", 0))
@@ -263,9 +318,14 @@ class Agent:
             except ProcessLookupError:
                 pass
 
-    def terminate(self, job_id: int, run: int, why: str) -> None:
+    def terminate(self, job_id: int, run: int, why: str, steps_only: bool = False) -> None:
+        """End the job's processes on this node: its steps, then (unless ``steps_only``: the
+        controller ending the steps of a batch job at its time limit, which the supervisor
+        enforces itself) the batch job."""
         for key in [k for k in self.steps if k[0] == job_id and k[2] == run]:
             self.terminate_step(key, why)
+        if steps_only:
+            return
         if (job_id, run) not in self.jobs and any(k[0] == job_id for k in self.steps):
             return  # an interactive allocation: its steps are all there is
         d = self._dir(job_id, run)
@@ -281,18 +341,31 @@ class Agent:
             fh.write(why)
         self._poke(job_id, run, signal.SIGTERM)
 
-    def signal(self, job_id: int, run: int, sig: int, scope: str) -> None:
+    def signal(self, job_id: int, run: int, sig: int, scope: str, cont: bool = False) -> None:
+        """Deliver ``sig`` (after SIGCONT when ``cont``) to what of the job runs here, by
+        ``scope`` (Slurm 23.11's scancel and --signal; controller.steps.StepManager.signal_job):
+        ``steps``: the tasks of every step of this run, never the batch shell; ``batch``: the
+        batch shell's own pid, not its children; ``full`` (and ``all``): the batch shell's
+        process group (the shell, srun and whatever else it started) and every step."""
+        sigs = [signal.SIGCONT, sig] if cont else [sig]
+        if scope in ("batch", "full", "all"):
+            self._signal_batch(job_id, run, sigs, group=scope != "batch")
+        if scope in ("steps", "full", "all"):
+            for key in [k for k in self.steps if k[0] == job_id and k[2] == run]:
+                self.signal_step(key, sigs)
+
+    def _signal_batch(self, job_id: int, run: int, sigs: list[int], group: bool) -> None:
         pid = _read_int(os.path.join(self._dir(job_id, run), "job.pid"))
         if pid is None or (job_id, run) not in self.jobs:
-            return
-        try:
-            if scope == "batch":
-                os.kill(pid, sig)
-            elif scope in ("full", "all"):
-                os.killpg(pid, sig)
-            # scope "steps": signal job steps only; steps arrive with srun (later issue)
-        except (ProcessLookupError, PermissionError):
-            pass
+            return  # no batch shell here (or it has ended: its pid may not be ours to signal)
+        for sig in sigs:
+            try:
+                if group:
+                    os.killpg(pid, sig)
+                else:
+                    os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # ---- job steps -------------------------------------------------------------------------
     def _step_dir(self, job_id: int, step_id: int, run: int) -> str:
@@ -324,9 +397,7 @@ class Agent:
         status = _read_json(os.path.join(d, "status.json"))
         if status is None:
             launch = _read_json(os.path.join(d, "launch.json")) or {}
-            status = {"job_id": key[0], "step_id": key[1], "run": key[2], "node": self.name,
-                      "tasks": [{"task": t, "exit_code": 1, "signal": 0} for t in launch.get("tasks", [])],
-                      "end_time": int(time.time()), "launch_failed": True}
+            status = _step_failure(key, self.name, launch.get("tasks", []))
             _write_json(os.path.join(d, "status.json"), status)
         self.unacked_steps[key] = status
         self._send({"op": "step_ended", **status})
@@ -337,6 +408,32 @@ class Agent:
         with open(os.path.join(self._step_dir(*key), "terminate"), "w") as fh:
             fh.write(why)
         self._poke_step(key, signal.SIGTERM)
+
+    def signal_step(self, key, sigs: list[int]) -> None:
+        """Have a step's daemon deliver ``sigs`` to each of its tasks' process groups.
+
+        The step daemon is root's fork, not a task: a signal sent to it would be taken for
+        itself (SIGUSR1 would kill it). So the numbers are appended to ``signals`` in the
+        step's spool (one per line; the daemon reads on from where it stopped, so none is lost
+        or repeated, even across an agent restart) and SIGUSR2 wakes the daemon — only once
+        ``super.pid`` exists, which the daemon writes after installing that handler; before
+        that it would die of SIGUSR2, and it reads the file anyway once its tasks have
+        started."""
+        if key not in self.steps:
+            return
+        d = self._step_dir(*key)
+        try:
+            fd = os.open(os.path.join(d, "signals"),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            log.warning("step %s: cannot queue signals: %s", key, exc)
+            return
+        try:
+            os.write(fd, "".join(f"{s}\n" for s in sigs).encode())
+        finally:
+            os.close(fd)
+        if os.path.exists(os.path.join(d, "super.pid")):
+            self._poke_step(key, signal.SIGUSR2)
 
     def _poke_step(self, key, sig: int) -> None:
         info = self.steps.get(key)
@@ -355,8 +452,8 @@ class Agent:
 
     # ---- connection -----------------------------------------------------------------------
     def _send(self, msg: dict) -> None:
-        if self.writer is not None and not self.writer.is_closing():
-            self.writer.write(frame(msg))
+        if self.link is not None:
+            self.link.send(msg)
 
     async def run(self, stop_event: asyncio.Event | None = None) -> None:
         """Serve until ``stop_event`` (default: SIGTERM/SIGINT) is set."""
@@ -379,24 +476,14 @@ class Agent:
                 delay = 0.05  # we were connected: retry fast
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
-        if self.writer:
-            self.writer.close()
+        if self.link:
+            self.link.close()
         # jobs keep running under their supervisors: stopping the agent does not kill work
 
-    async def _session(self) -> bool:
-        host = self.cfg.slurmctld_addr or "127.0.0.1"
-        try:
-            reader, writer = await asyncio.open_connection(
-                host, self.cfg.slurmctld_port, local_addr=(self.node.addr, 0)
-                if _is_local_addr(self.node.addr) else None, limit=2**24)
-        except OSError as exc:
-            log.debug("controller unreachable: %s", exc)
-            return False
-        self.writer = writer
-        reg = {
-            "op": "agent_register", "cred": auth.mint(self.key, os.getuid(), os.getgid(),
-                                                      socket.gethostname()),
-            "node": self.name, "cpus": self.node.cpus, "mem": self.node.real_memory,
+    def _registration(self) -> dict:
+        return {
+            "op": "agent_register", "node": self.name, "cpus": self.node.cpus,
+            "mem": self.node.real_memory,
             "running": sorted({jid for jid, _ in self.jobs} | {k[0] for k in self.steps}),
             "finished": list(self.unacked.values()),
             "steps_running": [list(k) for k in self.steps],
@@ -404,36 +491,69 @@ class Agent:
             "arch": platform.machine(), "os": f"{platform.system()} {platform.release()}",
             "boot_time": _boot_time(), "agent_start": self.start_time,
         }
-        writer.write(frame(reg))
+
+    async def _connect(self) -> Link | None:
+        """An authenticated, sealed link to the controller with our registration sent; None
+        (logged) when it cannot be reached or fails to prove it holds the cluster key."""
+        host, port = self.cfg.slurmctld_addr or "127.0.0.1", self.cfg.slurmctld_port
+        try:
+            reader, writer = await asyncio.open_connection(
+                host, port, local_addr=(self.node.addr, 0)
+                if _is_local_addr(self.node.addr) else None, limit=STREAM_LIMIT)
+        except OSError as exc:
+            log.debug("controller unreachable: %s", exc)
+            return None
+        link = Link(reader, writer)
+        claims = {"uid": os.getuid(), "gid": os.getgid(), "host": socket.gethostname(),
+                  "node": self.name}
+        try:
+            await initiate(link, self.keys, "agent", claims, first=self._registration())
+            return link
+        except LinkForged as exc:
+            log.warning("%s: no authenticated controller at %s:%s (%s): sent it nothing but "
+                        "a hello, running nothing it says", self.name, host, port, exc)
+        except (BadFrame, asyncio.TimeoutError, ConnectionError, OSError,
+                asyncio.IncompleteReadError) as exc:
+            log.warning("%s: link handshake with %s:%s failed: %s", self.name, host, port,
+                        exc or type(exc).__name__)
+        link.close()
+        return None
+
+    async def _session(self) -> bool:
+        link = await self._connect()
+        if link is None:
+            return False
+        self.link = link
         hb = None
         try:
-            reply = await read_frame(reader)
+            reply = await asyncio.wait_for(link.recv(), REGISTER_TIMEOUT)
             if not reply or not reply.get("ok"):
                 log.error("registration refused: %s", reply and reply.get("error"))
                 await asyncio.sleep(1.0)
                 return False
-            for jid in reply.get("kill", []):
-                self._kill_unknown(jid)
             self.heartbeat_s = max(0.5, min(HEARTBEAT_S, (reply.get("slurmd_timeout") or 20) / 4))
             log.info("registered with controller as %s", self.name)
             hb = asyncio.create_task(self._heartbeat())
             if self.cfg.health_check_program and self.cfg.health_check_interval > 0 and not self._hc:
                 self._hc = asyncio.create_task(self._health_loop())
             while True:
-                msg = await read_frame(reader)
+                msg = await link.recv()
                 if msg is None:
                     break
                 try:
                     self.on_message(msg)
                 except Exception:
                     log.exception("handling %s failed", msg.get("op"))
-        except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
-            log.warning("controller link lost: %s", exc)
+        except LinkForged as exc:
+            log.warning("controller link closed: a frame failed its integrity check (%s)", exc)
+        except (BadFrame, ConnectionError, asyncio.IncompleteReadError,
+                asyncio.TimeoutError) as exc:
+            log.warning("controller link lost: %s", exc or type(exc).__name__)
         finally:
             if hb:
                 hb.cancel()
-            writer.close()
-            self.writer = None
+            link.close()
+            self.link = None
         return True
 
     async def _health_loop(self) -> None:
@@ -507,6 +627,25 @@ def _nvml_problem() -> str | None:
             pynvml.nvmlShutdown()
         except Exception:
             pass
+
+
+def _signum(v: object) -> bool:
+    """A signal number a controller message may ask for (1-64)."""
+    return isinstance(v, int) and not isinstance(v, bool) and 0 < v < 65
+
+
+def _launch_failure(job_id: int, run: int) -> dict:
+    """The end report of a batch job that never started (the controller fails it with
+    reason JobLaunchFailure instead of waiting for it)."""
+    return {"job_id": job_id, "run": run, "exit_code": 1, "signal": 0, "launch_failed": True,
+            "end_time": int(time.time())}
+
+
+def _step_failure(key: tuple, node: str, tasks: list) -> dict:
+    """The end report of a step whose tasks never started on this node."""
+    return {"job_id": key[0], "step_id": key[1], "run": key[2], "node": node,
+            "tasks": [{"task": t, "exit_code": 1, "signal": 0} for t in tasks],
+            "end_time": int(time.time()), "launch_failed": True}
 
 
 def _is_local_addr(addr: str | None) -> bool:

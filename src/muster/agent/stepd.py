@@ -1,8 +1,9 @@
 """Step daemon: a forked copy of the agent that runs one job step's tasks on one node.
 
 Like the batch supervisor it outlives an agent restart. It starts the node's tasks (each as the
-job's user, in its own session, with its rank environment), connects to srun's I/O port,
-forwards each task's stdout/stderr as raw frames (muster.common.iostream), feeds stdin to the
+job's user, in its own session, with its rank environment), connects to srun's I/O port and
+authenticates it with the step's key before sending anything (muster.common.iostream: mutual
+proof, then every frame sealed), forwards each task's stdout/stderr, feeds stdin to the
 chosen task(s), relays signals srun sends, and reports every task's exit status — to srun over
 the stream, and to the agent through ``status.json`` in its spool directory.
 
@@ -20,10 +21,15 @@ import subprocess
 import socket
 import time
 
-from muster.agent.supervisor import forked_main, write_json_atomic
+from muster.agent.supervisor import (_WORKDIR, _AsUser, forked_main, user_open, workdir_args,
+                                     write_json_atomic)
 from muster.common import iostream as io
+from muster.common.linkauth import (HANDSHAKE_TIMEOUT, PRE_AUTH_MAX_FRAME, Initiator,
+                                     LinkAuthError, Sealer)
 from muster.common.patterns import expand_pattern
+from muster.controller.jobenv import TORCH_MARKER, torch_marker
 
+HOLD_MAX = 1 << 20  # output bytes held for srun while it has not proved itself yet
 WHY_TEXT = {"cancel": "", "timeout": " DUE TO TIME LIMIT", "node_fail": " DUE TO NODE FAILURE",
             "requeue": " DUE TO JOB REQUEUE", "preempt": " DUE TO PREEMPTION"}
 
@@ -53,6 +59,8 @@ class _StepD:
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.term_requested = False
+        self.signals_requested = False  # SIGUSR2: the agent queued signals in ``signals``
+        self.sig_offset = 0  # how much of ``signals`` has been delivered
         self.kill_at: float | None = None
         self.why: str | None = None
         self.drain_until: float | None = None  # set once every task has exited
@@ -64,9 +72,40 @@ class _StepD:
         except OSError:
             pass
 
+    def _on_signals(self, signum, frame):
+        """SIGUSR2 from the agent (Agent.signal_step): signals for the tasks are queued."""
+        self.signals_requested = True
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    def _deliver_signals(self) -> None:
+        """Send the signals queued in ``signals`` since the last call, in order, to the process
+        group of every task still running (scancel --signal, --signal warnings: each task's
+        whole group, as Slurm signals a step's processes). A line still being written waits
+        for the next call."""
+        self.signals_requested = False
+        try:
+            with open(os.path.join(self.spool, "signals"), "rb") as fh:
+                fh.seek(self.sig_offset)
+                data = fh.read()
+        except OSError:
+            return  # nothing queued yet
+        data = data[:data.rfind(b"\n") + 1]
+        self.sig_offset += len(data)
+        for word in data.split():
+            sig = int(word) if word.isdigit() and len(word) < 3 else 0
+            if 0 < sig < 65:
+                for t in self.tasks:
+                    if t.status is None:
+                        _killpg(t.pid, sig)
+
     # ---- set-up ---------------------------------------------------------------------------
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
+        # before super.pid: the agent pokes us with SIGUSR2 only once that file exists
+        signal.signal(signal.SIGUSR2, self._on_signals)
         with open(os.path.join(self.spool, "super.pid"), "w") as fh:
             fh.write(str(os.getpid()))
         self.start = time.time()
@@ -76,6 +115,7 @@ class _StepD:
         with open(os.path.join(self.spool, "job.pid"), "w") as fh:
             fh.write(" ".join(str(t.pid) for t in self.tasks if t.pid))
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        self._deliver_signals()  # any queued before super.pid existed (no SIGUSR2 for them)
         self._loop()
         status = {"job_id": self.L["job_id"], "step_id": self.L["step_id"], "run": self.L.get("run", 0),
                   "node": self.node, "tasks": [{"task": t.tid, "exit_code": t.status or 0,
@@ -85,23 +125,70 @@ class _StepD:
         write_json_atomic(os.path.join(self.spool, "status.json"), status)
 
     def _connect(self) -> None:
+        """Connect to srun and start iostream's handshake: send our hello (a nonce, nothing
+        secret). The tasks start meanwhile, but until srun has proved it holds the step's key
+        (:meth:`_srun_proved`) nothing else is sent — frames wait, unsealed, in ``held`` — and
+        nothing it sends is acted on; a peer that cannot prove it is a lost srun."""
+        self.sealer: Sealer | None = None
+        self.held: list[bytes] = []
+        self.held_bytes = 0
         io_ = self.L.get("io")
         if not io_:
             return
+        claims = {"job": self.L["job_id"], "step": self.L["step_id"], "node": self.node,
+                  "tasks": self.L["tasks"]}
+        self.decoder = io.Decoder()
+        s = None
         try:
+            self.hs = Initiator([io.step_key(io_.get("key"))], io.ROLE, claims)
             s = _connect(io_["host"], io_["port"])
-        except OSError:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            s.sendall(io.hello(self.hs.hello()))
+        except (OSError, ValueError):
+            if s is not None:
+                s.close()
             self.sock = None
             self.lost = True
             return
         s.setblocking(False)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.hs_deadline = time.monotonic() + HANDSHAKE_TIMEOUT
         self.sock = s
-        hello = {"job": self.L["job_id"], "step": self.L["step_id"], "node": self.node,
-                 "key": io_["key"], "tasks": self.L["tasks"]}
-        self._send(io.pack(io.HELLO, 0, json.dumps(hello).encode()))
-        self.decoder = io.Decoder()
         self.sel.register(s, selectors.EVENT_READ, ("srun", None))
+
+    def _srun_proved(self) -> bool:
+        """Complete the handshake if srun's proof has arrived: check it (LinkAuthError if it
+        fails), send ours, then everything held, sealed. False: not arrived yet."""
+        frame = self.decoder.next_frame()
+        if frame is None:
+            return False
+        kind, _, payload = frame
+        if kind != io.HELLO:
+            raise LinkAuthError("expected srun's proof")
+        self.outbuf += io.hello(self.hs.answer(io.message(payload)))
+        self.sealer, self.decoder.opener = self.hs.pair()
+        self.decoder.limit = io.MAX_PAYLOAD
+        self.sock.setblocking(False)
+        for data in self.held:
+            self.outbuf += data
+            self.outbuf += self.sealer.tag(data)
+        self.held.clear()
+        self._flush()
+        return True
+
+    def _await_srun(self) -> None:
+        """Block until srun has proved itself, at most until the handshake's deadline."""
+        try:
+            while not self._srun_proved():
+                left = self.hs_deadline - time.monotonic()
+                if left <= 0:
+                    raise LinkAuthError("srun did not prove itself in time")
+                self.sock.settimeout(left)
+                data = self.sock.recv(PRE_AUTH_MAX_FRAME)
+                if not data:
+                    raise LinkAuthError("srun closed the connection during the handshake")
+                self.decoder.feed(data)
+        except (OSError, ValueError, LinkAuthError):
+            self._lost_srun()
 
     def _spawn(self, t: _Task) -> None:
         L = self.L
@@ -147,10 +234,28 @@ class _StepD:
         self.tasks.append(t)
 
     # ---- main loop -----------------------------------------------------------------------------
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes, payload: bytes = b"") -> None:
+        """Queue one frame — ``io.pack``'s output, or a head (``io.HEAD``) and its ``payload``
+        apart, which spares bulk output a copy — sealed: followed by its tag, one HMAC over the
+        bytes as queued. Then write what the socket takes now. Before srun has proved itself
+        the frame is held; we wait for that proof when this is the last frame (DONE), when too
+        much is held, or once the handshake's time is up."""
         if self.sock is None:
             return
-        self.outbuf += data
+        if self.sealer is None:
+            self.held.append(data + payload)
+            self.held_bytes += len(data) + len(payload)
+            if data[0] == io.DONE or self.held_bytes > HOLD_MAX or \
+                    time.monotonic() > self.hs_deadline:
+                self._await_srun()
+            return
+        out = self.outbuf
+        frame_at = len(out)
+        out += data
+        out += payload
+        with memoryview(out) as view:
+            tag = self.sealer.tag(view[frame_at:])
+        out += tag
         self._flush()
 
     def _flush(self) -> None:
@@ -221,6 +326,8 @@ class _StepD:
                         self._from_srun()
                 elif kind == "wake":
                     os.read(self.wake_r, 64)
+            if self.signals_requested:
+                self._deliver_signals()
             if self.term_requested and self.why is None:
                 self.term_requested = False
                 self._begin_kill(self._read_reason())
@@ -279,7 +386,8 @@ class _StepD:
         except OSError:
             data = b""
         if data:
-            self._send(io.pack(io.STDOUT if kind == "out" else io.STDERR, t.tid, data))
+            self._send(io.HEAD.pack(io.STDOUT if kind == "out" else io.STDERR, t.tid, len(data)),
+                       data)
             return
         self.sel.unregister(fd)
         os.close(fd)
@@ -317,30 +425,42 @@ class _StepD:
         if not data:
             self._lost_srun()
             return
+        self.decoder.feed(data)
         try:
-            frames = self.decoder.feed(data)
-        except ValueError:
+            if self.sealer is None and not self._srun_proved():
+                return
+            # each frame's tag is checked before it is acted on; one that fails (forged,
+            # replayed, reordered, injected) ends the connection like a lost srun
+            for kind, task, payload in self.decoder.frames():
+                if kind == io.STDIN or kind == io.STDIN_EOF:
+                    self._stdin(kind, task, payload)
+                elif kind == io.SIGNAL:
+                    self._signal_from_srun(payload)
+        except (ValueError, LinkAuthError):
             self._lost_srun()
-            return
-        for kind, task, payload in frames:
-            if kind == io.STDIN or kind == io.STDIN_EOF:
-                for t in self.tasks:
-                    if t.inp is not None and (task == 0xFFFFFFFF or task == t.tid):
-                        if kind == io.STDIN_EOF:
-                            os.close(t.inp)
-                            t.inp = None
-                        else:
-                            try:
-                                os.write(t.inp, payload)
-                            except OSError:
-                                pass
-            elif kind == io.SIGNAL:
-                sig = json.loads(payload).get("signal", signal.SIGTERM)
-                if sig == signal.SIGKILL and self.why is None:
-                    self._begin_kill("cancel")
-                for t in self.tasks:
-                    if t.status is None:
-                        _killpg(t.pid, sig)
+
+    def _stdin(self, kind: int, task: int, payload: bytes) -> None:
+        for t in self.tasks:
+            if t.inp is not None and (task == io.ALL_TASKS or task == t.tid):
+                if kind == io.STDIN_EOF:
+                    os.close(t.inp)
+                    t.inp = None
+                else:
+                    try:
+                        os.write(t.inp, payload)
+                    except OSError:
+                        pass
+
+    def _signal_from_srun(self, payload: bytes) -> None:
+        msg = json.loads(payload)
+        sig = msg.get("signal") if isinstance(msg, dict) else None
+        if isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65:
+            raise ValueError("bad signal frame")
+        if sig == signal.SIGKILL and self.why is None:
+            self._begin_kill("cancel")
+        for t in self.tasks:
+            if t.status is None:
+                _killpg(t.pid, sig)
 
 
 def _connect(host: str, port: int) -> socket.socket:
@@ -363,10 +483,21 @@ def _connect(host: str, port: int) -> socket.socket:
 
 
 def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
-    """Rank variables of one task (env.md §1 per-task table + the PyTorch names)."""
+    """Rank variables of one task (env.md §1 per-task table + the PyTorch names).
+
+    ``RANK``/``LOCAL_RANK`` only when Muster adds them for this step (``torch_vars``, the
+    names absent from srun's environment: a value the user set wins), and the marker of what
+    Muster added, with the values (controller.jobenv: a nested srun tells them from the
+    user's). A launch without ``torch_vars`` (an older controller) gets both, unmarked."""
     env = dict(common)
-    env["SLURM_PROCID"] = env["RANK"] = str(tid)
-    env["SLURM_LOCALID"] = env["LOCAL_RANK"] = str(local)
+    added = L.get("torch_vars")
+    env["SLURM_PROCID"] = str(tid)
+    env["SLURM_LOCALID"] = str(local)
+    for name, value in (("RANK", tid), ("LOCAL_RANK", local)):
+        if added is None or name in added:
+            env[name] = str(value)
+    if added:
+        env[TORCH_MARKER] = torch_marker(env, added)
     tg = L.get("task_gpus")
     if tg:
         gpus = ",".join(str(g) for g in tg[local])
@@ -386,16 +517,19 @@ def _killpg(pid: int | None, sig: int) -> None:
 
 
 # The task's process runs no Python: subprocess's C fork/exec does setsid, the uid/gid switch,
-# umask, chdir and the fds; this wrapper sets SLURM_TASK_PID to its own pid and execs the
-# command (which keeps that pid), reporting a missing command as Slurm's stepd does.
+# umask and the fds; this wrapper enters the working directory as the user (supervisor's
+# _WORKDIR: never chdir as root), sets SLURM_TASK_PID to its own pid and execs the command
+# (which keeps that pid), reporting a missing command as Slurm's stepd does.
 _TASK_WRAPPER = (
-    'SLURM_TASK_PID=$$; export SLURM_TASK_PID; '
+    'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + _WORKDIR +
     'command -v "$0" >/dev/null 2>&1 || { printf "slurmstepd-%s: error: execve(): %s: No such '
     'file or directory\\n" "$SLURMD_NODENAME" "$0" >&2; exit 2; }; exec "$0" "$@"')
 
 
 def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) -> int | None:
-    from muster.agent.supervisor import _AsUser
+    """Start one task as the job's user. Its -o/-e/-i files are opened with the user's ids
+    (supervisor.user_open: no controlling tty, no blocking on a FIFO); the working directory
+    is entered by the task's wrapper after the identity switch."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     # relative -o/-e/-i names are relative to the step's working directory (the task's cwd)
@@ -407,31 +541,30 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) 
             try:
                 mode = os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC
                 if "output" in files:
-                    out_w = os.open(files["output"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+                    out_w = user_open(files["output"], os.O_WRONLY | os.O_CREAT | mode)
                     opened.append(out_w)
                 if "error" in files:
-                    err_w = os.open(files["error"], os.O_WRONLY | os.O_CREAT | mode, 0o666)
+                    err_w = user_open(files["error"], os.O_WRONLY | os.O_CREAT | mode)
                     opened.append(err_w)
                 elif err_w is None:
                     err_w = out_w
                 if "input" in files:
-                    in_r = os.open(files["input"], os.O_RDONLY)
+                    in_r = user_open(files["input"], os.O_RDONLY)
                     opened.append(in_r)
                 elif in_r is None:
-                    in_r = os.open("/dev/null", os.O_RDONLY)
+                    in_r = user_open("/dev/null", os.O_RDONLY)
                     opened.append(in_r)
             finally:
                 os.umask(old)
-            cwd = L["cwd"]
-            if not (os.path.isdir(cwd) and os.access(cwd, os.X_OK, effective_ids=True)):
-                cwd = "/tmp"
         kw = {}
         if os.getuid() == 0 and uid != 0:
             kw = {"user": uid, "group": gid, "extra_groups": groups}
         elif os.getuid() not in (0, uid):
             raise PermissionError("agent cannot switch to the job's user")
-        proc = subprocess.Popen(["/bin/sh", "-c", _TASK_WRAPPER, *L["argv"]], stdin=in_r,
-                                stdout=out_w, stderr=err_w, cwd=cwd, env=env,
+        argv = L["argv"]
+        proc = subprocess.Popen(["/bin/sh", "-c", _TASK_WRAPPER, argv[0],
+                                 *workdir_args(L["cwd"], env), *argv[1:]], stdin=in_r,
+                                stdout=out_w, stderr=err_w, cwd="/", env=env,
                                 start_new_session=True, umask=L.get("umask", 0o022),
                                 close_fds=True, **kw)
     except OSError as exc:

@@ -14,14 +14,20 @@ Spool directory of a job (``<SlurmdSpoolDir>/job<ID>.<RUN>``):
   terminate     present when a termination was requested; contains the reason
   status.json   written atomically when everything is over: exit_code, signal, timed_out
 
-Control: the agent writes ``terminate`` and sends SIGTERM to the supervisor, which sends
-SIGCONT+SIGTERM to the job's process group, writes Slurm's ``*** JOB N ON node CANCELLED ***``
-line to the job's stderr, and SIGKILLs the group after KillWait. The same sequence runs at the
+Control: the agent writes ``terminate`` and sends SIGTERM to the supervisor, which writes
+Slurm's ``*** JOB N ON node CANCELLED ***`` line to the job's stderr, sends SIGCONT+SIGTERM to
+the job's process group, and SIGKILLs the group after KillWait. The same sequence runs at the
 time limit (``DUE TO TIME LIMIT``).
+
+Root and user paths (docs/design.md): every path the job's user controls (output, error,
+input, working directory) is opened or entered with the user's identity, never by root, and
+root never opens such a path again later: the CANCELLED line goes through the stderr
+descriptor opened at start and kept by the supervisor.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import select
@@ -59,6 +65,8 @@ def forked_main(spool: str, body) -> None:
         gc.disable()
         signal.set_wakeup_fd(-1)
         os.setsid()
+        _undumpable()
+        _drop_inherited_fds()
         for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         body()
@@ -90,6 +98,11 @@ class _Supervisor:
 
     def _on_term(self, signum, frame):
         self.term_requested = True
+        self._on_wake(signum, frame)
+
+    def _on_wake(self, signum, frame):
+        """SIGUSR2 from the agent: limit.json changed (``scontrol update TimeLimit=``); the
+        loop re-reads it. Without a handler SIGUSR2 would kill the supervisor."""
         try:
             os.write(self.wake_w, b"x")
         except OSError:
@@ -104,12 +117,12 @@ class _Supervisor:
 
     def run(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGUSR2, self._on_wake)
         with open(os.path.join(self.spool, "super.pid"), "w") as fh:
             fh.write(str(os.getpid()))
         out_path, err_path = self._paths()
-        self.err_path = err_path
         start = time.time()
-        pid, failure = _spawn_job(self.launch, self.spool, out_path, err_path)
+        pid, failure, self.err_fd = _spawn_job(self.launch, self.spool, out_path, err_path)
         if pid is None:
             status = {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": 1,
                       "signal": 0, "timed_out": False, "terminated": None,
@@ -131,15 +144,21 @@ class _Supervisor:
     def _watch(self, pid: int, start: float) -> dict:
         pidfd = os.pidfd_open(pid)
         deadline = self._deadline(start)
+        # --signal=B:SIG@T is ours (the batch shell, on this node). Without B: the warning is
+        # for the steps, on every node of the job: the controller sends it (StepManager.tick)
         sig_spec = self.launch.get("signal")
-        warn_at = None
-        if sig_spec and deadline is not None:
-            warn_at = deadline - sig_spec.get("secs", 60)
+        if not (sig_spec or {}).get("batch"):
+            sig_spec = None
+        warned = False
         kill_at = None
         why = None
         timed_out = False
+
+        def warn_due():  # reads the loop's current deadline, warned and why
+            return _warn_time(deadline, sig_spec) if not warned and why is None else None
         while True:
             now = time.time()
+            warn_at = warn_due()
             timeouts = [t for t in (deadline if why is None else None, kill_at, warn_at)
                         if t is not None]
             wait = max(0.0, min(timeouts) - now) if timeouts else None
@@ -156,9 +175,10 @@ class _Supervisor:
             self.term_requested = False
             self._reload_limit()
             deadline = self._deadline(start)
+            warn_at = warn_due()
             if warn_at is not None and now >= warn_at:
                 self._send_warning(pid, sig_spec)
-                warn_at = None
+                warned = True
             if why is None and deadline is not None and now >= deadline:
                 why, timed_out = "timeout", True
                 self._begin_kill(pid, why)
@@ -191,27 +211,27 @@ class _Supervisor:
             return "cancel"
 
     def _begin_kill(self, pid: int, why: str) -> None:
+        """Slurm's CANCELLED line, then SIGCONT+SIGTERM. The line goes through the descriptor
+        opened as the user at start: re-opening the path as root would follow whatever the job
+        has put there since (a symlink to /etc/sudoers)."""
         stamp = fmt_iso(int(time.time()))
         line = f"slurmstepd: error: *** JOB {self.job_id} ON {self.node} CANCELLED AT {stamp}{WHY_TEXT.get(why, '')} ***\n"
-        try:
-            fd = os.open(self.err_path, os.O_WRONLY | os.O_APPEND)
-            os.write(fd, line.encode())
-            os.close(fd)
-        except OSError:
-            pass
+        write_unstalled(self.err_fd, line.encode())
         _killpg(pid, signal.SIGCONT)
         _killpg(pid, signal.SIGTERM)
 
     def _send_warning(self, pid: int, spec: dict) -> None:
-        sig = spec.get("signal", signal.SIGUSR1)
-        if spec.get("batch"):
-            _kill(pid, signal.SIGCONT)
-            _kill(pid, sig)
-        else:
-            # no job steps yet (srun is another issue): Slurm would signal the steps only;
-            # with none running, the warning reaches the batch shell's process group
-            _killpg(pid, signal.SIGCONT)
-            _killpg(pid, sig)
+        """``--signal=B:SIG@T``: SIGCONT then SIG to the batch shell alone — not its children
+        (srun would forward it to the steps) nor the steps, as in Slurm."""
+        _kill(pid, signal.SIGCONT)
+        _kill(pid, spec.get("signal", signal.SIGUSR1))
+
+
+def _warn_time(deadline: float | None, spec: dict | None) -> float | None:
+    """When the ``B:`` warning is due: T seconds before the (possibly updated) limit."""
+    if spec is None or deadline is None:
+        return None
+    return deadline - spec.get("secs", 60)
 
 
 def _killpg(pgid: int, sig: int) -> None:
@@ -228,6 +248,27 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
+# Added to every open of a path the job's user controls (always made with the user's ids,
+# inside _AsUser): O_NOCTTY, because supervisors and step daemons are session leaders and a
+# terminal they open for reading would become their controlling tty (the user could then
+# SIGINT/SIGHUP them through it and escape the time limit); O_NONBLOCK, because opening a FIFO
+# nobody has open would otherwise hang the supervisor (cleared again at once: the job gets a
+# normal descriptor); O_CLOEXEC, because nothing but the job may inherit it.
+USER_OPEN_FLAGS = os.O_NOCTTY | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def user_open(path: str, flags: int) -> int:
+    """Open a path the job's user controls; call inside ``_AsUser`` (the caller's umask and
+    effective ids apply). Returns a blocking descriptor."""
+    fd = os.open(path, flags | USER_OPEN_FLAGS, 0o666)
+    try:
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 def _open_output(path: str, flags: int, patience: float = 3.0) -> int:
     """Open an output file; if its directory does not exist yet, wait a little for it.
 
@@ -237,17 +278,77 @@ def _open_output(path: str, flags: int, patience: float = 3.0) -> int:
     deadline = time.time() + patience
     while True:
         try:
-            return os.open(path, flags, 0o666)
+            return user_open(path, flags)
         except FileNotFoundError:
             if time.time() >= deadline or not os.path.dirname(path):
                 raise
             time.sleep(0.02)
 
 
+def write_unstalled(fd: int | None, data: bytes, patience: float = 0.5) -> None:
+    """Write to a descriptor of the job's (its stderr) without letting the job stall us.
+
+    The file behind it is the user's choice: a pipe or FIFO whose reader stopped reading, a
+    terminal paused with ^S or a file on the user's FUSE mount can block a write for ever, and
+    a supervisor blocked here would never SIGKILL the job. So the write runs in a daemon
+    thread and we wait for it at most ``patience`` seconds (long enough for a real file, so
+    the line still comes before whatever the job prints on SIGTERM); a stuck thread dies with
+    the process."""
+    if fd is None:
+        return
+    import threading
+
+    def write():
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    t.join(patience)
+
+
+def _drop_inherited_fds() -> None:
+    """Hold none of the agent's descriptors: stdin/stdout/stderr become /dev/null, the rest
+    are closed (the supervisor opens all it needs itself).
+
+    A user's path may be a magic link such as ``/proc/self/fd/3``, which reaches whatever
+    this process holds, past the permissions of the directories on its way: the agent's log
+    (fd 3 and its stdout in a zygote-forked child) would be readable as a job's ``--input``
+    even in a 0700 log directory. With only /dev/null and root's own pipes (mode 0600) left,
+    the open fails the user's permission check or yields nothing."""
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, in the agent and its zygote
+
+
+def _undumpable() -> None:
+    """Make this process non-dumpable, whatever ``fs.suid_dumpable`` says.
+
+    Files are opened with the user's *effective* ids in this (root) process, and a path may
+    lead into ``/proc/self``. While non-dumpable, everything under /proc/<our pid> is owned by
+    root, so such an open fails the user's permission check: otherwise (``suid_dumpable=1``)
+    ``-o /proc/self/mem`` would hand the job a descriptor writing into a root process. The
+    flag is per process image (exec resets it), so the job itself is not affected."""
+    if _LIBC.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE, 0
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 class _AsUser:
-    """Switch the *effective* ids to the job's user (root only), so that files are opened and
-    directories checked with the user's permissions — root never opens a path for a user that
-    the user could not open (a symlink to /etc/shadow stays harmless)."""
+    """Switch the *effective* ids to the job's user (root only), so that files are opened with
+    the user's permissions — root never opens a path for a user that the user could not open
+    (a symlink to /etc/shadow stays harmless). Enough, and cheaper than a helper process that
+    switches fully (docs/design.md, "Root and user paths"): with euid != 0 the kernel clears the
+    effective capabilities and checks permissions with fsuid/fsgid = the user's; the real and
+    saved uid stay 0, so the user can neither signal nor ptrace us meanwhile; a new file is
+    owned by the user; and the other differences from a real user process are closed by
+    ``USER_OPEN_FLAGS`` (no controlling tty, no blocking open), ``_undumpable`` and
+    ``_drop_inherited_fds`` (nothing of root's to reach through /proc/self)."""
 
     def __init__(self, uid: int, gid: int, groups: list[int]):
         self.ids = (uid, gid, groups)
@@ -269,19 +370,51 @@ class _AsUser:
         return False
 
 
+# The working directory is entered by the job's own shell, after the switch to the user's ids:
+# never chdir as root, since a symlink swapped in between a check and root's chdir would put the
+# job in a directory its user cannot enter (CPython's Popen(cwd=, user=) chdirs before setuid).
+# Arguments: $1 the directory, $2 the submitter's PWD (kept when it names the same directory, as
+# a shell started there would keep it), $3 "x" + the submitter's OLDPWD, or "" when unset (cd
+# sets OLDPWD); plain shell builtins, no variables of ours (they could clash with the job's).
+# The failure message is Slurm's, with its errno text.
+_WORKDIR = (
+    'cd -P -- "$1" 2>/dev/null || { '
+    'if [ -d "$1" ]; then set -- "Permission denied" "$@"; '
+    'elif [ -e "$1" ]; then set -- "Not a directory" "$@"; '
+    'else set -- "No such file or directory" "$@"; fi; '
+    'printf "slurmstepd: error: couldn\'t chdir to \\`%s\': %s: going to /tmp instead\\n" '
+    '"$2" "$1" >&2; shift; cd /tmp || exit 1; }; '
+    '[ -n "$2" ] && [ "$2" -ef . ] && PWD=$2; '
+    'case $3 in x*) OLDPWD=${3#x};; *) unset OLDPWD;; esac; shift 3; ')
+
+
+def workdir_args(work_dir: str, env: dict) -> list[str]:
+    """The positional arguments ``_WORKDIR`` reads ($1-$3)."""
+    old = env.get("OLDPWD")
+    return [work_dir, env.get("PWD") or "", "" if old is None else "x" + old]
+
+
 # $$ of this shell is the pid the script keeps after `exec` (SLURM_TASK_PID is the batch
 # shell's own pid); the wrapper costs one exec and no Python in the child.
-_WRAPPER = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; exec "$0" "$@"'
+_WRAPPER = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + _WORKDIR + 'exec "$0" "$@"'
 
 
-def _spawn_job(L: dict, spool: str, out_path: str, err_path: str) -> tuple[int | None, str]:
-    """Start the batch script as the job's user in its own session. Returns (pid, "") or
-    (None, reason). The child runs no Python: subprocess's C fork/exec does setsid, the
-    uid/gid/groups switch, umask, chdir and the fd plumbing."""
+def _close_all(fds) -> None:
+    for fd in set(fds):
+        os.close(fd)
+
+
+def _spawn_job(L: dict, spool: str, out_path: str,
+               err_path: str) -> tuple[int | None, str, int | None]:
+    """Start the batch script as the job's user in its own session. Returns (pid, "", err_fd)
+    or (None, reason, None). ``err_fd`` is the job's stderr, opened as the user and kept for
+    Slurm's CANCELLED line. The child runs no Python: subprocess's C fork/exec does setsid, the
+    uid/gid/groups switch, umask and the fd plumbing; the shell wrapper enters the working
+    directory as the user."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     if os.getuid() != 0 and os.getuid() != uid:
-        return None, "slurmstepd: error: agent cannot switch to the job's user (not root)"
+        return None, "slurmstepd: error: agent cannot switch to the job's user (not root)", None
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if L.get("open_mode") == "append" else os.O_TRUNC)
     umask = L.get("umask", 0o022)
     fds = []
@@ -293,35 +426,30 @@ def _spawn_job(L: dict, spool: str, out_path: str, err_path: str) -> tuple[int |
                 fds.append(out_fd)
                 err_fd = out_fd if err_path == out_path else _open_output(err_path, flags)
                 fds.append(err_fd)
-                in_fd = os.open(L.get("stdin") or "/dev/null", os.O_RDONLY)
+                in_fd = user_open(L.get("stdin") or "/dev/null", os.O_RDONLY)
                 fds.append(in_fd)
             finally:
                 os.umask(old)
-            cwd = L["work_dir"]
-            if not (os.path.isdir(cwd) and os.access(cwd, os.X_OK, effective_ids=True)):
-                os.write(err_fd, (f"slurmstepd: error: couldn't chdir to `{cwd}': No such file or "
-                                  "directory: going to /tmp instead\n").encode())
-                cwd = "/tmp"
     except OSError as exc:
-        for fd in fds:
-            os.close(fd)
-        return None, f"slurmstepd: error: {exc}"
+        _close_all(fds)
+        return None, f"slurmstepd: error: {exc}", None
     script = os.path.join(spool, "script")
     kw = {}
     if os.getuid() == 0 and uid != 0:
         kw = {"user": uid, "group": gid, "extra_groups": groups}
+    argv = ["/bin/sh", "-c", _WRAPPER, script, *workdir_args(L["work_dir"], L["env"]),
+            *(L.get("argv") or [])]
     try:
-        proc = subprocess.Popen(["/bin/sh", "-c", _WRAPPER, script, *(L.get("argv") or [])],
-                                stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd=cwd, env=L["env"],
-                                start_new_session=True, umask=umask, close_fds=True, **kw)
+        proc = subprocess.Popen(argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd="/",
+                                env=L["env"], start_new_session=True, umask=umask,
+                                close_fds=True, **kw)
     except OSError as exc:
         try:
             os.write(err_fd, f"slurmstepd: error: execve(): {exc}\n".encode())
         except OSError:
             pass
-        return None, f"slurmstepd: error: execve(): {exc}"
-    finally:
-        for fd in set(fds):
-            os.close(fd)
+        _close_all(fds)
+        return None, f"slurmstepd: error: execve(): {exc}", None
+    _close_all(set(fds) - {err_fd})
     proc.returncode = 0  # reaped by _watch through the pidfd; keep Popen from reaping or warning
-    return proc.pid, ""
+    return proc.pid, "", err_fd

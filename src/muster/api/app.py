@@ -51,11 +51,7 @@ class Api:
 
     # ---- plumbing ------------------------------------------------------------------------
     def ident(self, request: Request) -> Identity:
-        token = request.headers.get("x-slurm-user-token")
-        if not token:
-            authz = request.headers.get("authorization", "")
-            if authz.lower().startswith("bearer "):
-                token = authz[7:].strip()
+        token = _token_of(request)
         try:
             return self.verifier.verify(token, request.headers.get("x-slurm-user-name"))
         except AuthFailure as exc:
@@ -132,9 +128,8 @@ class Api:
                 if key == "requeue":
                     v = "1" if v else "0"
                 changes[field] = str(v)
-        if "hold" in body:
-            await self.ctl(who, {"op": "hold" if body["hold"] else "release", **ref,
-                                 "user_hold": True})
+        if "hold" in body:  # in the same request: refused as a whole, or applied as a whole
+            changes["hold"] = "1" if body["hold"] else "0"
         if changes:
             await self.ctl(who, {"op": "update_job", **ref, "changes": changes})
         return self.ok(request, who, {"results": [{"job_id": jid, "error_code": 0, "error": "",
@@ -366,9 +361,12 @@ class Api:
 
     # ---- unauthenticated ---------------------------------------------------------------------
     async def metrics(self, request: Request):
+        """Aggregate metrics for anyone (Prometheus scrapers have no token); a scrape with an
+        operator's token adds per-user job counts. A token that is sent must be valid (401)."""
         from muster.api.metrics import render
+        who = self.ident(request) if _token_of(request) else None
         try:
-            r = await self.ctl(self._me, {"op": "metrics"})
+            r = await self.ctl(who or self._me, {"op": "metrics", "detail": who is not None})
         except ApiError as exc:
             return Response(f"# controller unavailable: {exc.message}\nmuster_up 0\n",
                             status_code=503, media_type="text/plain; version=0.0.4")
@@ -393,6 +391,15 @@ def _group(gid: int) -> str:
         return grp.getgrgid(gid).gr_name
     except KeyError:
         return str(gid)
+
+
+def _token_of(request: Request) -> str | None:
+    token = request.headers.get("x-slurm-user-token")
+    if not token:
+        authz = request.headers.get("authorization", "")
+        if authz.lower().startswith("bearer "):
+            token = authz[7:].strip()
+    return token or None
 
 
 def _path_int(request: Request, key: str) -> int:
@@ -543,7 +550,12 @@ def translate_job(desc: dict, who: Identity) -> tuple[dict, dict, list[dict]]:
     for k, field in (("required_nodes", "nodelist"), ("excluded_nodes", "exclude")):
         v = desc.get(k)
         if v:
-            req[field] = ",".join(v) if isinstance(v, list) else str(v)
+            if isinstance(v, list) and all(isinstance(x, str) for x in v):
+                v = ",".join(v)
+            if not isinstance(v, str):
+                raise ApiError(400, f"{k} must be a node list (a string or a list of names)",
+                               "invalid_request")
+            req[field] = v
     argv = desc.get("argv")
     if argv is not None:
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):

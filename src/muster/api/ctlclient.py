@@ -1,89 +1,95 @@
-"""musterrestd's connection to the controller: TCP with an HMAC credential per user.
+"""musterrestd's connection to the controller: authenticated TCP links, one uid per link.
 
-musterrestd authenticates a request (JWT), then asks the controller *as that user*: the first
-frame of each connection carries ``muster.common.auth.mint(key, uid, gid)``, so the
-controller's own authorization rules apply unchanged (owners act on their jobs, operators on
-all). Connections are pooled per uid and dropped before the controller's idle timeout.
+musterrestd authenticates a request (JWT), then asks the controller *as that user*: each
+connection starts with the link handshake (muster.common.linkauth, role ``client``) whose
+proof covers the claimed uid/gid, so the controller's own authorization rules apply unchanged
+(owners act on their jobs, operators on all). Nothing is sent before the controller has proved
+it holds the cluster key; the first request travels, sealed, right behind our proof (one round
+trip for the handshake, none extra for the request). Connections are pooled per uid and
+dropped before the controller's idle timeout.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import time
 
-from muster.common import auth, wire
+from muster.common import wire
 from muster.common.errors import TransportError
+from muster.controller.netio import BadFrame, Link, initiate
 
 POOL_IDLE_S = 20.0  # the controller closes idle clients after 30 s
 POOL_MAX = 8  # idle connections kept per uid
 
 
 class ControllerClient:
-    def __init__(self, host: str, port: int, key: bytes, timeout: float = 60.0):
+    def __init__(self, host: str, port: int, keys: list[bytes], timeout: float = 60.0):
         self.host = host
         self.port = port
-        self.key = key
+        self.keys = list(keys)
         self.timeout = timeout
         self.hostname = socket.gethostname().split(".")[0]
-        self._pool: dict[int, list[tuple[float, asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+        self._pool: dict[int, list[tuple[float, Link]]] = {}
 
-    def _take(self, uid: int):
+    def _take(self, uid: int) -> Link | None:
         conns = self._pool.get(uid)
         now = time.monotonic()
         while conns:
-            t, r, w = conns.pop()
-            if now - t < POOL_IDLE_S and not w.is_closing():
-                return r, w
-            w.close()
+            t, link = conns.pop()
+            if now - t < POOL_IDLE_S and not link.writer.is_closing():
+                return link
+            link.close()
         return None
 
-    def _give(self, uid: int, r, w) -> None:
+    def _give(self, uid: int, link: Link) -> None:
         conns = self._pool.setdefault(uid, [])
         if len(conns) < POOL_MAX:
-            conns.append((time.monotonic(), r, w))
+            conns.append((time.monotonic(), link))
         else:
-            w.close()
+            link.close()
+
+    async def _open(self, msg: dict, uid: int, gid: int) -> Link:
+        """A new link as (uid, gid), with ``msg`` already sent behind the handshake."""
+        try:
+            r, w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise TransportError(f"Unable to contact slurm controller ({exc})") from None
+        link = Link(r, w)
+        claims = {"uid": uid, "gid": gid, "host": self.hostname}
+        try:
+            await initiate(link, self.keys, "client", claims, first=msg)
+        except (BadFrame, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+            link.close()
+            raise TransportError(f"Unable to contact slurm controller (link authentication "
+                                 f"failed: {exc or type(exc).__name__})") from None
+        return link
 
     async def call(self, msg: dict, uid: int, gid: int) -> dict:
         """Send one request as (uid, gid); the controller's reply (``ok`` false on refusal)."""
         for _attempt in range(2):
-            conn = self._take(uid)
-            fresh = conn is None
+            link = self._take(uid)
+            fresh = link is None
+            if fresh:
+                link = await self._open(msg, uid, gid)
             try:
-                if fresh:
-                    r, w = await asyncio.wait_for(
-                        asyncio.open_connection(self.host, self.port), 10)
-                    data = wire.encode(dict(msg, cred=auth.mint(self.key, uid, gid, self.hostname)))
-                else:
-                    r, w = conn
-                    data = wire.encode(msg)
-            except (OSError, asyncio.TimeoutError) as exc:
-                raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-            try:
-                w.write(data)
-                await w.drain()
-                hdr = await asyncio.wait_for(r.readexactly(wire.HEADER.size), self.timeout)
-                (n,) = wire.HEADER.unpack(hdr)
-                if n > wire.MAX_CLIENT_REPLY:
-                    raise TransportError("controller reply too large")
-                body = await asyncio.wait_for(r.readexactly(n), self.timeout)
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
-                w.close()
+                if not fresh:
+                    link.send(msg)
+                    await link.writer.drain()
+                reply = await asyncio.wait_for(link.recv(wire.MAX_CLIENT_REPLY), self.timeout)
+                if reply is None:
+                    raise ConnectionResetError("connection closed")
+            except (OSError, BadFrame, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+                link.close()
                 if fresh:
                     raise TransportError(f"Unable to contact slurm controller ({exc!r})") from None
                 continue  # a pooled connection the controller had closed: retry on a new one
-            reply = json.loads(body)
-            if reply.get("code") == "auth":
-                w.close()
-            else:
-                self._give(uid, r, w)
+            self._give(uid, link)
             return reply
         raise TransportError()
 
     def close(self) -> None:
         for conns in self._pool.values():
-            for _t, _r, w in conns:
-                w.close()
+            for _t, link in conns:
+                link.close()
         self._pool.clear()

@@ -3,7 +3,7 @@
 A separate process (not part of musterctld) so that HTTP parsing never runs on the
 controller's loop, it can be restarted on its own, and the controller keeps its small
 dependency set. It runs as root (or the cluster owner) to read the cluster key, with which it
-mints a credential for each request's user.
+authenticates its links to the controller as each request's user.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
         print("musterrestd: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
         return 1
     host, _, port = args.listen.rpartition(":")
+    # least exposure: ":PORT" means loopback; every interface must be asked for ("0.0.0.0:PORT")
+    host = host or "127.0.0.1"
     try:
         port = int(port)
     except ValueError:
@@ -39,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     try:
         cfg = load(os.path.abspath(path))
-        key = auth.load_key(cfg.key_path)
+        keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
     except (MusterError, auth.CredentialError) as exc:
         print(f"musterrestd: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
         return 1
@@ -48,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     from muster.api.app import Api, build_app
     from muster.api.ctlclient import ControllerClient
     from muster.api.jwtauth import JwtVerifier
-    client = ControllerClient(cfg.slurmctld_addr or "127.0.0.1", cfg.slurmctld_port, key)
+    client = ControllerClient(cfg.slurmctld_addr or "127.0.0.1", cfg.slurmctld_port, keys)
     verifier = JwtVerifier(os.path.join(cfg.state_save_location, "jwt.key"))
     app = build_app(Api(client, verifier, cfg.cluster_name))
-    logging.info("musterrestd listening on http://%s:%d (controller %s:%d)", host or "0.0.0.0",
+    logging.info("musterrestd listening on http://%s:%d (controller %s:%d)", host,
                  port, client.host, client.port)
-    uvicorn.run(app, host=host or "0.0.0.0", port=port, log_level="warning",
+    uvicorn.run(app, host=host, port=port, log_level="warning",
                 access_log=False, log_config=None)
     return 0
 

@@ -23,11 +23,17 @@ class _Snapshot:
         m = self.m
         yield GaugeMetricFamily("muster_up", "1 when the controller answered the scrape", value=1)
         g = GaugeMetricFamily("muster_jobs", "Jobs known to the controller (unfinished, and "
-                              "finished within MinJobAge) by state, partition and user",
-                              labels=["state", "partition", "user"])
-        for state, part, user, n in m["jobs"]:
-            g.add_metric([state, part, user], n)
+                              "finished within MinJobAge) by state and partition",
+                              labels=["state", "partition"])
+        for state, part, n in m["jobs"]:
+            g.add_metric([state, part], n)
         yield g
+        if m.get("jobs_by_user") is not None:  # only in an operator's authenticated scrape
+            g = GaugeMetricFamily("muster_jobs_by_user", "Jobs by state, partition and user "
+                                  "(operators only)", labels=["state", "partition", "user"])
+            for state, part, user, n in m["jobs_by_user"]:
+                g.add_metric([state, part, user], n)
+            yield g
         g = GaugeMetricFamily("muster_jobs_pending", "Pending jobs by reason and partition",
                               labels=["reason", "partition"])
         for reason, part, n in m["pending_reasons"]:

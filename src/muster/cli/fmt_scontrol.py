@@ -8,7 +8,7 @@ from muster.common.hostlist import compress
 from muster.common.units import fmt_mem
 from muster.common.timefmt import fmt_duration_long, fmt_iso, fmt_limit_long
 
-__all__ = ["show_job", "show_node", "show_partition", "show_config"]
+__all__ = ["show_job", "show_step", "show_node", "show_partition", "show_config"]
 
 
 def _mem(mb):
@@ -115,7 +115,8 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
         f"TimeMin={fmt_limit_long(j['time_min']) if j.get('time_min') else 'N/A'}",
         f"   SubmitTime={fmt_iso(j.get('submit_time'))} EligibleTime={fmt_iso(j.get('eligible_time'))}",
         f"   AccrueTime={fmt_iso(j.get('eligible_time'))}",
-        f"   StartTime={fmt_iso(j.get('start_time'))} EndTime={fmt_iso(j.get('end_time'))} Deadline=N/A",
+        f"   StartTime={fmt_iso(j.get('start_time'))} EndTime={fmt_iso(j.get('end_time'))} "
+        f"Deadline={fmt_iso(j['deadline']) if j.get('deadline') else 'N/A'}",
         f"   SuspendTime=None SecsPreSuspend=0 LastSchedEval={fmt_iso(j.get('last_sched_eval'))} "
         f"Scheduler={j.get('scheduler') or 'Main'}",
         f"   Partition={j.get('partition')} AllocNode:Sid={j.get('submit_host', '')}:{j.get('alloc_sid', 0)}",
@@ -152,10 +153,48 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
         lines.append(f"   TresPerNode={j['tres_per_node']}")
     if j.get("gpus_per_task"):
         lines.append(f"   TresPerTask=gres/gpu:{j['gpus_per_task']}")
+    if j.get("cpus_per_gpu"):
+        lines.append(f"   CpusPerTres=gres:gpu:{j['cpus_per_gpu']}")
+    if j.get("mem_per_gpu"):
+        lines.append(f"   MemPerTres=gres:gpu:{j['mem_per_gpu']}")
+    if j.get("mail_type"):
+        lines.append(f"   MailUser={j.get('mail_user') or j.get('user')} MailType={j['mail_type']}")
     if one_liner:
         return " ".join(ln.strip() for ln in lines) + " \n"
     # 22.05 prints a last line of three spaces, then the blank separator line
     return "\n".join(lines) + "\n   \n\n"
+
+
+def step_id_str(s: dict) -> str:
+    """``N.S``, or ``A_T.S`` for a task of an array (Slurm's log_build_step_id_str)."""
+    if s.get("array_job_id") is not None and s.get("array_task_id") is not None:
+        return f"{s['array_job_id']}_{s['array_task_id']}.{s['step_id']}"
+    return f"{s['job_id']}.{s['step_id']}"
+
+
+_DIST = {"block": "Block", "cyclic": "Cyclic", "plane": "Plane", "arbitrary": "Arbitrary"}
+
+
+def show_step(s: dict, one_liner: bool = False) -> str:
+    """One step as Slurm's slurm_sprint_job_step_info prints it: seven lines (one with
+    ``-o``); ``Dist=`` only for steps laid out by srun; the batch step has no srun."""
+    cpufreq = "CPUFreqReq=Default"
+    if s.get("dist"):
+        cpufreq += f" Dist={_DIST.get(s['dist'], s['dist'].capitalize())}"
+    lines = [
+        f"StepId={step_id_str(s)} UserId={s.get('uid')} StartTime={fmt_iso(s.get('start_time'))} "
+        f"TimeLimit={fmt_limit_long(s.get('time_limit'))}",
+        f"State={s.get('state')} Partition={s.get('partition')} NodeList={s.get('node_list')}",
+        f"Nodes={s.get('num_nodes')} CPUs={s.get('num_cpus')} Tasks={s.get('num_tasks')} "
+        f"Name={s.get('name')} Network=(null)",
+        f"TRES={s.get('tres') or '(null)'}",
+        f"ResvPorts={_n(s.get('resv_ports'))}",
+        cpufreq,
+        f"SrunHost:Pid={_n(s.get('srun_host'))}:{s.get('srun_pid') or 0}",
+    ]
+    if one_liner:
+        return " ".join(lines) + "\n"
+    return "\n   ".join(lines) + "\n\n"
 
 
 def _node_state(n):
@@ -170,7 +209,7 @@ def show_node(node: dict, now: int = 0, one_liner: bool = False, details: bool =
         f"   CPUAlloc={n.get('cpus_alloc', 0)} CPUEfctv={n.get('cpus', 0)} CPUTot={n.get('cpus', 0)} "
         f"CPULoad={'N/A' if load is None else '%.2f' % load}",
         f"   AvailableFeatures={_n(n.get('features'))}",
-        f"   ActiveFeatures={_n(n.get('features'))}",
+        f"   ActiveFeatures={_n(n.get('active_features', n.get('features')))}",
         f"   Gres={_n(n.get('gres'))}",
     ]
     if details:

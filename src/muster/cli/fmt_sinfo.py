@@ -149,6 +149,11 @@ def _reason(n):
 
 # code -> (header, kind, fn).  kind "n": per node value (grouping key);
 # "a": aggregate over the group's nodes; "p": partition value.
+def _active(n):
+    """ActiveFeatures (older records carry only ``features``: the same list)."""
+    return n.get("active_features", n.get("features"))
+
+
 def _pname(p, default_mark=True):
     if p is None:
         return ""
@@ -173,7 +178,7 @@ _CODES = {
     "m": ("MEMORY", "n", lambda n: str(n.get("real_memory", 0))),
     "G": ("GRES", "n", lambda n: n.get("gres") or "(null)"),
     "f": ("AVAIL_FEATURES", "n", lambda n: n.get("features") or "(null)"),
-    "b": ("ACTIVE_FEATURES", "n", lambda n: n.get("features") or "(null)"),
+    "b": ("ACTIVE_FEATURES", "n", lambda n: _active(n) or "(null)"),
     "E": ("REASON", "n", _reason),
     "u": ("USER", "n", lambda n: n.get("reason_user") or "Unknown"),
     "U": ("USER", "n", lambda n: f"{n.get('reason_user') or 'Unknown'}({n.get('reason_uid', 0)})"),

@@ -14,7 +14,7 @@ from muster.common.units import fmt_mem
 from muster.common.timefmt import fmt_ctime, fmt_duration, fmt_iso, fmt_limit
 
 __all__ = ["STATE_CODES", "ALL_STATES", "DEFAULT_FORMAT", "LONG_FORMAT", "START_FORMAT",
-           "STEP_FORMAT", "parse_states", "render", "job_id_str"]
+           "STEP_FORMAT", "parse_states", "render", "render_steps", "job_id_str"]
 
 STATE_CODES = {
     "PENDING": "PD", "RUNNING": "R", "SUSPENDED": "S", "COMPLETING": "CG",
@@ -421,3 +421,16 @@ def render(jobs: list[dict], *, fmt: str | None = None, fmt_long: str | None = N
         lines.append(fmt_ctime(now))
     lines.extend(render_table(fields, tail, titles, rows, show_header=not noheader))
     return "".join(line + "\n" for line in lines)
+
+
+def render_steps(steps: list[dict], *, fmt: str | None = None, noheader: bool = False,
+                 now: int) -> str:
+    """``squeue -s``: running steps (the controller's ``steps`` records, in its order: by
+    job, the batch step first) through the job codes, ``%i`` being the step id (STEPID)."""
+    from muster.cli.fmt_scontrol import step_id_str
+    fields, tail, titles, getters = _fields(fmt or STEP_FORMAT, None)
+    titles = ["STEPID" if f.code == "i" else t for f, t in zip(fields, titles)]
+    rows = [[g({**s, "job_id": step_id_str(s), "array_job_id": None, "array_task_id": None}, now)
+             for g in getters] for s in steps]
+    return "".join(line + "\n" for line in render_table(fields, tail, titles, rows,
+                                                          show_header=not noheader))

@@ -22,26 +22,18 @@ Order of work (as sbatch): getopt over the command line (unknown options fail fi
 ``#SBATCH`` directives, ``SBATCH_*`` variables and the command line are applied in that order,
 so later sources override earlier ones (script < env < command line).
 
-Options with a meaning here: -N -n --ntasks-per-node -c --mem --mem-per-cpu --mem-per-gpu
---gres -G/--gpus --gpus-per-node --gpus-per-task --cpus-per-gpu -t --time-min -p -A -q -J -o -e
--i -D -a -d --requeue --no-requeue --signal --open-mode --export -H -b/--begin --parsable
---exclusive[=user|mcs|topo] -s -w -x --comment --wrap --nice --priority -W --test-only
---reservation -C -k -v -Q -h --usage -V.
+What each option does in Muster — honoured, warned about, refused, or ignored for a stated
+reason — is :mod:`muster.cli.optstatus` (rendered as docs/options.md); after parsing, the
+options used are checked against it: a refused one stops sbatch, a warned one adds a
+``sbatch: warning: ...`` line to ``inv.warnings``.
 
-Stored in the request as extra keys (beyond the records.md table; the controller may use or
-ignore them): ``constraint`` (-C), ``mail_type``, ``mail_user``, ``wckey``, ``no_kill`` (-k),
-``oversubscribe`` (-s), ``exclusive_mode`` (user/mcs/topo), ``deadline`` (epoch),
-``kill_on_invalid_dep``, ``uid``/``gid`` (root only, checked by the controller),
-``overcommit`` (-O), ``hint``, ``distribution`` (-m), ``tres_per_task``, ``gpu_bind``,
-``clusters`` (-M), ``mpi``, ``propagate``, ``get_user_env``, ``licenses`` (-L).
-
-Accepted and ignored (no meaning in Muster): --ignore-pbs (``#PBS`` lines are plain comments
-anyway), -B/--extra-node-info, --sockets-per-node, --cores-per-socket, --threads-per-core,
---ntasks-per-core, --ntasks-per-socket, --ntasks-per-gpu, --gres-flags, --use-min-nodes,
---wait-all-nodes, --switches, --prefer, --tmp, --mincpus, --cpu-freq, --acctg-freq,
---spread-job, --contiguous, -S/--core-spec, --thread-spec, --network, --profile, --power,
---reboot, --mcs-label, --delay-boot, --bb, --bbf, -F/--nodefile, -I/--immediate,
---export-file, --mem-bind, --cluster-constraint, --container, --exclusive-ish ``R:`` signal flag.
+Stored in the request as extra keys (beyond the records.md table): ``constraint`` (-C),
+``mail_type``, ``mail_user``, ``deadline`` (epoch), ``clusters`` (-M) and ``licenses`` (-L),
+which the controller checks and honours or refuses; ``gpu_bind`` and ``distribution`` (-m)
+also go to the job's environment (``SLURM_GPU_BIND``, ``SLURM_DISTRIBUTION``) for its steps;
+``uid``/``gid`` (root only, checked by the controller); the rest (``wckey``, ``no_kill``,
+``oversubscribe``, ``exclusive_mode``, ``kill_on_invalid_dep``, ``overcommit``, ``hint``,
+``tres_per_task``, ``mpi``, ``propagate``, ``get_user_env``) are warned about.
 """
 
 from __future__ import annotations
@@ -240,6 +232,9 @@ class _Build:
         self.cwd = "/"
         self.now = 0
         self.wrap: str | None = None
+        self.used: list[str] = []  # long names of the options applied (optstatus)
+        self.prog = PROG  # srun/salloc set their name (warning prefixes)
+        self.extra_env: dict[str, str] = {}  # --export-file
 
 
 Handler = Callable[[_Build, "str | None", str], None]
@@ -318,6 +313,9 @@ def _h_nodes(b: _Build, v: str | None, name: str) -> None:
         nmax = _count(hi) if sep else nmin
     except (InputError, ValueError):
         raise bad from None
+    if sep and 0 < nmax < nmin:
+        # Slurm's verify_node_count wording (src/common/proc_args.c)
+        raise _err(f"Maximum node count {nmax} is less than minimum node count {nmin}")
     if nmin <= 0 or nmax < nmin or nmax > _MAX_COUNT:
         raise bad
     b.req["nodes_min"] = nmin
@@ -527,6 +525,8 @@ def _h_exclusive(b: _Build, v: str | None, name: str) -> None:
         mode = None
     elif s in ("user", "mcs", "topo"):
         mode = s
+        b.inv.warnings.append(f"{b.prog}: warning: --exclusive={s} is not supported by Muster: "
+                              "the job gets whole nodes")
     else:
         raise _err(f"Invalid --exclusive specification: {v}")
     b.req["exclusive"] = True
@@ -561,6 +561,62 @@ def _h_nodelist(field: str, opt: str) -> Handler:
     return h
 
 
+def _read_user_file(path: str, cwd: str) -> str:
+    full = path if os.path.isabs(path) else os.path.join(cwd, path)
+    try:
+        with open(full, encoding="utf-8", errors="replace") as f:
+            return f.read(1024 * 1024)
+    except OSError:
+        raise _err(f"Unable to open file {path}") from None
+
+
+def _h_nodefile(b: _Build, v: str | None, name: str) -> None:
+    """-F/--nodefile: the node names listed in the file, as --nodelist."""
+    names = _read_user_file((v or "").strip(), b.cwd).split()
+    if not names:
+        raise _err(f"Invalid --nodefile specification: file {v} lists no nodes")
+    b.req["nodelist"] = ",".join(names)
+
+
+def _h_export_file(b: _Build, v: str | None, name: str) -> None:
+    """--export-file: ``NAME=value`` entries, NUL-separated or one per line, added to the
+    environment the job gets."""
+    text = _read_user_file((v or "").strip(), b.cwd)
+    for item in text.split("\0") if "\0" in text else text.splitlines():
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not key or not eq:
+            continue
+        if not (key.replace("_", "a").isalnum() and key.isascii() and not key[0].isdigit()):
+            raise _err(f"Invalid --export-file entry: {item[:64]}")
+        b.extra_env[key] = value
+
+
+def _h_gpu_bind(b: _Build, v: str | None, name: str) -> None:
+    from muster.core.steplayout import StepError, parse_gpu_bind
+    try:
+        parse_gpu_bind(v or "")
+    except StepError as exc:
+        raise _err(exc.message) from None
+    b.req["gpu_bind"] = (v or "").strip() or None
+
+
+def _h_mail_type(b: _Build, v: str | None, name: str) -> None:
+    from muster.common.mailtypes import MailTypeError, parse_mail_type
+    try:
+        b.req["mail_type"] = parse_mail_type(v or "")
+    except MailTypeError as exc:
+        raise _err(str(exc)) from None
+
+
+def _h_mail_user(b: _Build, v: str | None, name: str) -> None:
+    from muster.common.mailtypes import MailTypeError, check_mail_user
+    try:
+        b.req["mail_user"] = check_mail_user(v or "")
+    except MailTypeError as exc:
+        raise _err(str(exc)) from None
+
+
 def _h_nice(b: _Build, v: str | None, name: str) -> None:
     if v is None:
         b.req["nice"] = 100
@@ -569,8 +625,8 @@ def _h_nice(b: _Build, v: str | None, name: str) -> None:
         n = int(v.strip(), 10)
     except ValueError:
         raise _err(f'Invalid numeric value "{v}" for --nice.') from None
-    if abs(n) > 2147483645:
-        raise _err("Invalid --nice value, must be between -2147483645 and 2147483645")
+    if abs(n) > 2147483645:  # Slurm 22.05 slurm_opt.c arg_set_nice, exit(-1)
+        raise _err("Invalid --nice value, out of range (+/- 2147483645)")
     b.req["nice"] = n
 
 
@@ -600,9 +656,24 @@ def _h_no_kill(b: _Build, v: str | None, name: str) -> None:
 
 
 def _h_id(field: str) -> Handler:
+    """--uid/--gid: root only, as Slurm's arg_set_uid/arg_set_gid (the controller refuses
+    them too); a name is resolved here so that a typo fails before anything is sent."""
     def h(b: _Build, v: str | None, name: str) -> None:
+        if os.getuid() != 0:
+            raise _err(f"--{field} only permitted by root user")
         s = (v or "").strip()
-        b.req[field] = int(s) if s.isdigit() else s
+        if s.isascii() and s.isdigit():
+            b.req[field] = int(s)
+            return
+        try:
+            if field == "uid":
+                import pwd
+                b.req[field] = pwd.getpwnam(s).pw_uid
+            else:
+                import grp
+                b.req[field] = grp.getgrnam(s).gr_gid
+        except KeyError:
+            raise _err(f"Invalid --{field} specification") from None
 
     return h
 
@@ -630,7 +701,7 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     ("d", "dependency", REQUIRED, _h_str("dependency")),
     ("D", "chdir", REQUIRED, _h_chdir),
     ("e", "error", REQUIRED, _h_str("std_err")),
-    ("F", "nodefile", REQUIRED, _h_ignore),
+    ("F", "nodefile", REQUIRED, _h_nodefile),
     ("G", "gpus", REQUIRED, _h_gpus("gpus", "--gpus")),
     ("h", "help", NO_ARG, _h_flag("help")),
     ("H", "hold", NO_ARG, _h_const("hold", True)),
@@ -671,10 +742,10 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "delay-boot", REQUIRED, _h_ignore),
     (None, "exclusive", OPTIONAL, _h_exclusive),
     (None, "export", REQUIRED, _h_str("export")),
-    (None, "export-file", REQUIRED, _h_ignore),
+    (None, "export-file", REQUIRED, _h_export_file),
     (None, "get-user-env", OPTIONAL, _h_str("get_user_env")),
     (None, "gid", REQUIRED, _h_id("gid")),
-    (None, "gpu-bind", REQUIRED, _h_str("gpu_bind")),
+    (None, "gpu-bind", REQUIRED, _h_gpu_bind),
     (None, "gpus-per-node", REQUIRED, _h_gpn),
     (None, "gpus-per-task", REQUIRED, _h_gpus("gpus_per_task", "--gpus-per-task")),
     (None, "gres", REQUIRED, _h_gres),
@@ -682,8 +753,8 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "hint", REQUIRED, _h_str("hint")),
     (None, "ignore-pbs", NO_ARG, _h_ignore),
     (None, "kill-on-invalid-dep", REQUIRED, _h_yes_no("kill_on_invalid_dep", "--kill-on-invalid-dep")),
-    (None, "mail-type", REQUIRED, _h_str("mail_type")),
-    (None, "mail-user", REQUIRED, _h_str("mail_user")),
+    (None, "mail-type", REQUIRED, _h_mail_type),
+    (None, "mail-user", REQUIRED, _h_mail_user),
     (None, "mcs-label", REQUIRED, _h_ignore),
     (None, "mem", REQUIRED, _h_mem("mem_per_node")),
     (None, "mem-bind", REQUIRED, _h_ignore),
@@ -1111,6 +1182,18 @@ def _apply(b: _Build, occ: list[Occurrence], src: str) -> None:
     b.src = src
     for o in occ:
         _HANDLERS[o.spec.dest](b, o.value, o.name)
+        b.used.append(o.spec.long or o.spec.short)
+
+
+def step_env(req: dict) -> dict[str, str]:
+    """Variables the job's (or allocation's) steps read: ``SLURM_GPU_BIND`` for --gpu-bind and
+    ``SLURM_DISTRIBUTION`` for -m, as Slurm's sbatch and salloc export them."""
+    out = {}
+    if req.get("gpu_bind"):
+        out["SLURM_GPU_BIND"] = req["gpu_bind"]
+    if req.get("distribution"):
+        out["SLURM_DISTRIBUTION"] = req["distribution"]
+    return out
 
 
 def _finish_memory(b: _Build) -> None:
@@ -1243,7 +1326,11 @@ def parse_sbatch(
     req["submit_host"] = _short_hostname()
     req["umask"] = _current_umask()
 
+    from muster.cli.optstatus import check
+    inv.warnings.extend(check(PROG, b.used))
     inv.env = build_export_env(req["export"], environ)
+    inv.env.update(b.extra_env)
+    inv.env.update(step_env(req))
     inv.script = script
     inv.request = req
     return inv

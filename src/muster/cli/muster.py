@@ -133,16 +133,23 @@ def _detect_gpus() -> tuple[int, str | None]:
 def cmd_up(args) -> int:
     from muster.common import auth
     from muster.config import load, render
+    from muster.common.securefs import UnsafePath, ensure_private_dir
     state = os.path.abspath(args.state_dir or default_state_dir())
-    os.makedirs(state, exist_ok=True)
-    os.chmod(state, 0o755)
+    try:
+        ensure_private_dir(state, "state directory")
+    except UnsafePath as exc:
+        raise CliExit([f"muster: error: {exc}"], 1) from None
     pids = _read_pids(state)
     if pids and _alive(pids.get("controller")):
         raise CliExit([f"muster: error: a cluster is already running from {state} "
                        f"(musterctld pid {pids['controller']}); run `muster down` first"], 1)
     key = os.path.join(state, "muster.key")
-    if not os.path.exists(key):
+    if not os.path.lexists(key):
         auth.generate_key(key)
+    try:
+        auth.load_key(key)  # an existing key is reused only if it is ours and private
+    except auth.CredentialError as exc:
+        raise CliExit([f"muster: error: {exc}"], 1) from None
     if args.config:
         conf = os.path.abspath(args.config)
         cfg = load(conf)

@@ -61,7 +61,7 @@ def _main() -> int:
     from muster.common.errors import RequestError
     argv = sys.argv[1:]
     env = dict(os.environ)
-    inv = srun.parse(argv, env, os.getcwd())
+    inv = srun.parse(argv, env, os.getcwd(), prog="salloc")
     if inv.flags.get("version"):
         from muster import SLURM_COMPAT_VERSION
         print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
@@ -101,6 +101,8 @@ def _main() -> int:
         sys.stderr.flush()
     conf = config_path()
     run_env = allocation_env(job, env, os.path.realpath(conf) if conf else None)
+    from muster.cli.jobopts import step_env
+    run_env.update(step_env(req))  # --gpu-bind, -m for the allocation's steps
     try:
         proc = subprocess.Popen(cmd, env=run_env)
     except OSError as exc:

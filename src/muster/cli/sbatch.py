@@ -12,6 +12,28 @@ from muster.cli.getopt import CliExit
 # controller refusal code -> (client-side pre-check line or None)
 _PRELINES = {"invalid_partition": "invalid partition specified: {partition}"}
 _BARE = {"invalid_gres"}  # Slurm checks GRES names client-side: no "submission failed" prefix
+# Refusals sbatch waits out (sbatch.c): the controller is full (MaxJobCount, EAGAIN). The
+# first retry is announced, the next ones are silent; sleep 1, 2, ... 15 s, then give up.
+_RETRY = {"eagain": "Slurm temporarily unable to accept job, sleeping and retrying"}
+MAX_RETRIES = 15
+
+
+def submit_with_retries(call, msg: dict, warn, sleep=time.sleep) -> dict:
+    """``call(msg)`` until it is not refused with a retryable code, as sbatch does: at most
+    MAX_RETRIES retries, waiting 1, 2, ... seconds; the last refusal is raised."""
+    from muster.common.errors import RequestError
+    retries = 0
+    while True:
+        try:
+            return call(msg)
+        except RequestError as exc:
+            text = _RETRY.get(exc.code)
+            if text is None or retries >= MAX_RETRIES:
+                raise
+            if retries == 0:
+                warn(f"sbatch: error: {text}")
+            retries += 1
+            sleep(retries)
 
 
 def _main() -> int:
@@ -30,7 +52,9 @@ def _main() -> int:
               "See the Slurm sbatch documentation; Muster accepts the same options.")
         return 0
     try:
-        reply = call({"op": "submit", "job": inv.request, "script": inv.script, "env": inv.env})
+        reply = submit_with_retries(
+            call, {"op": "submit", "job": inv.request, "script": inv.script, "env": inv.env},
+            lambda line: (sys.stderr.write(line + "\n"), sys.stderr.flush()))
     except RequestError as exc:
         lines = []
         pre = _PRELINES.get(exc.code)

@@ -36,6 +36,20 @@ def _job_refs(tokens: list[str], prog_err: str = "Invalid job id specified") -> 
     return refs
 
 
+def _outlive_own_job() -> None:
+    """Block SIGTERM for the rest of this command (its request is one frame: done or not).
+
+    A job that requeues itself — submitit and Lightning run ``scontrol requeue $SLURM_JOB_ID``
+    in a task and check its status — gets the requeue's SIGTERM in all its processes, this
+    one included, before this command has read the answer and exited: it died of it, and
+    submitit took the requeue for failed. Blocked, the signal is discarded at exit and the
+    caller sees the real status. (Slurm's C scontrol is usually gone before slurmd delivers
+    the signal; a Python command takes longer to read the answer and exit.) SIGKILL after
+    KillWait still ends a command that hangs."""
+    import signal
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+
 def _action(op: str, refs: list[dict], extra: dict | None = None, verb: str = "") -> int:
     from muster.common.errors import RequestError
     try:
@@ -118,6 +132,8 @@ def show(what: str, arg: str | None, opts: dict) -> int:
         return 0
     if w in ("reservation", "reservations", "res", "reservationname"):
         return show_reservations(arg, one)
+    if w in ("step", "steps", "stepid"):
+        return show_steps(arg, one)
     if w in ("config", "configuration"):
         reply = call({"op": "config"})
         sys.stdout.write(fmt_scontrol.show_config([tuple(x) for x in reply["config"]], reply["now"]))
@@ -153,6 +169,44 @@ def show(what: str, arg: str | None, opts: dict) -> int:
             raise _err(f"scontrol: error: Invalid hostlist: {arg}") from None
         return 0
     raise _err(f"invalid entity: {what} for keyword: show")
+
+
+def _step_ref(arg: str) -> tuple[int, int | None, str | None]:
+    """``N``, ``N.S``, ``A_T.S`` → (job or array id, task, step: digits, ``batch`` or
+    ``extern``; None = every step of the job). scontrol's own words for a malformed one."""
+    job_s, dot, step = arg.partition(".")
+    jid, _, task = job_s.partition("_")
+    if not (jid.isascii() and jid.isdigit()) or (task and not (task.isascii() and task.isdigit())):
+        raise _err(f'"{job_s}" does not look like a jobid')
+    if dot and step not in ("batch", "extern") and not (step.isascii() and step.isdigit()):
+        raise _err(f'"{step}" does not look like a stepid')
+    return int(jid), int(task) if task else None, step if dot else None
+
+
+def show_steps(arg: str | None, one: bool) -> int:
+    """scontrol show step[s] [N[.S]]: the running steps, the batch step included."""
+    from muster.cli import fmt_scontrol
+    msg: dict = {"op": "steps"}
+    want = None
+    if arg:
+        want = _step_ref(arg)
+        msg["job_ids"] = [want[0]]
+    steps = call(msg)["steps"]
+    if want is not None:
+        jid, task, step = want
+        steps = [s for s in steps
+                 if ((s["job_id"] == jid or s.get("array_job_id") == jid) if task is None
+                     else (s.get("array_job_id") == jid and s.get("array_task_id") == task))
+                 and (step is None or str(s["step_id"]) == step)]
+    if not steps:
+        if want is None:
+            print("No job steps in the system")
+            return 0
+        jid, task, step = want
+        print(f"Job step {jid}{'' if task is None else f'_{task}'}.{step or '*'} not found")
+        return 1
+    sys.stdout.write("".join(fmt_scontrol.show_step(s, one_liner=one) for s in steps))
+    return 0
 
 
 RESV_KEYS = {"reservationname": "name", "reservation": "name", "resv": "name", "name": "name",
@@ -288,25 +342,57 @@ def show_reservations(arg: str | None, one: bool) -> int:
     return 0
 
 
+def _check_nice(value: str | None) -> None:
+    """scontrol's own range check of Nice= (update_job.c): the update is not sent."""
+    v = (value or "").strip()
+    if v[:1] in "+-" and v:
+        v = v[1:] if v[0] == "+" else v
+    if v.lstrip("-").isascii() and v.lstrip("-").isdigit() and v.count("-") <= 1 \
+            and abs(int(v)) > 2147483645:
+        raise _err("scontrol: error: Nice value out of range (+/- 2147483645). Value ignored")
+
+
+_JOB_TAGS = ("job", "jobi", "jobid")  # scontrol matches JobId down to three letters
+
+
+def _is_key(key: str, name: str, shortest: int) -> bool:
+    """scontrol's keyword rule: any case, abbreviated down to ``shortest`` letters."""
+    return len(key) >= shortest and name.lower().startswith(key.lower())
+
+
+def _update_pairs(tokens: list[str]) -> list[tuple[str, str]]:
+    """scontrol's reading of ``update``'s words: ``Key=value``, ``Key value`` (the next word
+    is the value), and a bare ``Nice`` (= ``Nice=100``)."""
+    if len(tokens) > 1 and tokens[0].lower() in ("job", "jobs") and "=" in tokens[1]:
+        tokens = tokens[1:]  # "update job JobId=5 ...": the entity named first
+    pairs, i = [], 0
+    while i < len(tokens):
+        key, sep, value = tokens[i].partition("=")
+        if sep:
+            pairs.append((key, value))
+        elif _is_key(key, "Nice", 2):
+            pairs.append(("Nice", "100"))
+        elif i + 1 < len(tokens):
+            i += 1
+            pairs.append((key, tokens[i]))
+        else:
+            raise _err(f"Invalid input: {key}\nRequest aborted")
+        i += 1
+    return pairs
+
+
 def update(tokens: list[str]) -> int:
-    from muster.common.errors import RequestError
-    if any(t.lower().startswith(("reservationname=", "reservation=")) for t in tokens):
+    job = any(t.split("=", 1)[0].lower() in _JOB_TAGS + ("jobs",)
+              or _is_key(t.split("=", 1)[0], "JobName", 4) for t in tokens)
+    if not job and any(t.lower().startswith(("reservationname=", "reservation="))
+                       for t in tokens):
         return reservation_cmd("update", tokens)
-    kv = {}
-    for tok in tokens:
-        k, sep, v = tok.partition("=")
-        if not sep:
-            raise _err(f"scontrol: error: Invalid input: {tok}\nRequest aborted")
-        kv[k] = v
+    pairs = _update_pairs(tokens)
+    if any(k.lower() in _JOB_TAGS or _is_key(k, "JobName", 4) for k, _v in pairs):
+        return update_job(pairs)
+    from muster.common.errors import RequestError
+    kv = dict(pairs)
     lower = {k.lower(): k for k in kv}
-    if "jobid" in lower or "job" in lower:
-        key = lower.get("jobid") or lower["job"]
-        refs = _job_refs([kv.pop(key)])
-        try:
-            call({"op": "update_job", "jobs": refs, "changes": kv})
-        except RequestError as exc:
-            raise _err(f"slurm_update error: {exc.message}") from None
-        return 0
     if "nodename" in lower:
         from muster.common.hostlist import expand
         names = expand(kv.pop(lower["nodename"]))
@@ -320,6 +406,62 @@ def update(tokens: list[str]) -> int:
             raise _err(f"slurm_update error: {exc.message}") from None
         return 0
     raise _err("scontrol: error: Invalid update request (JobId= or NodeName= needed)")
+
+
+def update_job(pairs: list[tuple[str, str]]) -> int:
+    """scontrol update JobId=… Key=value…: every change in one request to the controller,
+    which judges them (refused → nothing changed). Without JobId, JobName (and UserID)
+    select the jobs, as scontrol does. A job array's running tasks that cannot take a
+    change are reported one per line, and the exit code is 1."""
+    from muster.common.errors import RequestError
+    ids = [v for k, v in pairs if k.lower() in _JOB_TAGS]
+    user = [v for k, v in pairs if _is_key(k, "UserID", 3)]
+    changes = {k: v for k, v in pairs if k.lower() not in _JOB_TAGS and not _is_key(k, "UserID", 3)}
+    if not changes:
+        raise _err("No changes specified")
+    for k, v in changes.items():
+        if _is_key(k, "Nice", 2):
+            _check_nice(v)
+    if ids:
+        refs = _job_refs(ids)
+    else:
+        name = next(v for k, v in pairs if _is_key(k, "JobName", 4) or _is_key(k, "Name", 2))
+        refs = _refs_by_name(name, user[-1] if user else None)
+    try:
+        reply = call({"op": "update_job", "jobs": refs, "changes": changes})
+    except RequestError as exc:
+        if exc.code == "update_not_supported":
+            raise _err(f"{exc.message}\nRequest aborted") from None
+        raise _err(f"slurm_update error: {exc.message}") from None
+    errors = reply.get("errors") or []
+    if errors:
+        raise CliExit([f"{e['job']}: {e['error']}" for e in errors], 1)
+    return 0
+
+
+def _refs_by_name(name: str, user: str | None) -> list[dict]:
+    """The jobs called ``name`` (of ``user`` when given): scontrol's _job_name2id."""
+    uid = None
+    if user is not None:
+        import pwd
+        try:
+            uid = int(user) if user.isdigit() else pwd.getpwnam(user).pw_uid
+        except KeyError:
+            raise _err(f"Invalid UserID: {user}\nRequest aborted") from None
+    reply = call({"op": "jobs", "fields": ["job_id", "name", "uid", "array_job_id",
+                                           "array_task_id"]})
+    refs = []
+    for j in reply["jobs"]:
+        if j["name"] != name or (uid is not None and j["uid"] != uid):
+            continue
+        if j.get("array_task_id") is not None:
+            refs.append({"job_id": j["array_job_id"], "task": j["array_task_id"]})
+        else:
+            refs.append({"job_id": j["job_id"], "task": None})
+    if not refs:
+        raise _err(f"scontrol: error: No jobs with name '{name}'" if uid is None else
+                   f"scontrol: error: No jobs with user ID {uid} and name '{name}'")
+    return refs
 
 
 def _main() -> int:
@@ -345,6 +487,7 @@ def _main() -> int:
         return _action("release", _job_refs(rest))
     if cmd in ("requeue", "requeuehold"):
         rest = [r for r in rest if r.lower() not in ("incomplete",) and not r.lower().startswith("state=")]
+        _outlive_own_job()
         return _action("requeue", _job_refs(rest), {"hold": cmd == "requeuehold"})
     if cmd == "update":
         if rest and rest[0].lower() in ("reservation", "res", "reservations"):

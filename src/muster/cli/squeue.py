@@ -7,7 +7,7 @@ import sys
 import time
 
 from muster.cli.client import call, run_main
-from muster.cli.getopt import NO_ARG, REQUIRED, CliExit, GetoptParser, OptSpec
+from muster.cli.getopt import NO_ARG, OPTIONAL, REQUIRED, CliExit, GetoptParser, OptSpec
 
 # what the built-in formats (default, -l, --start) and the default sort read
 LIGHT_FIELDS = ["job_id", "array_job_id", "array_task_id", "array_task_str", "array_max_tasks",
@@ -57,7 +57,7 @@ PARSER = GetoptParser("squeue", [
     OptSpec("l", "long"), OptSpec(None, "me"), OptSpec("n", "name", REQUIRED),
     OptSpec("o", "format", REQUIRED), OptSpec("O", "Format", REQUIRED),
     OptSpec("p", "partition", REQUIRED), OptSpec("q", "qos", REQUIRED),
-    OptSpec("R", "reservation", REQUIRED), OptSpec("s", "steps", REQUIRED),
+    OptSpec("R", "reservation", REQUIRED), OptSpec("s", "steps", OPTIONAL),
     OptSpec("S", "sort", REQUIRED), OptSpec(None, "start"), OptSpec("t", ("states", "state"), REQUIRED),
     OptSpec("u", ("user", "users"), REQUIRED), OptSpec("v", "verbose", action="count"),
     OptSpec("V", "version"), OptSpec("w", ("nodelist", "nodes"), REQUIRED),
@@ -86,6 +86,8 @@ def _main() -> int:
     if operands:
         raise CliExit([f"squeue: error: Unrecognized option: {operands[0]}",
                        'Try "squeue --help" for more information'], 1)
+    if opts.get("steps"):
+        return _steps(opts)
     from muster.cli import fmt_squeue
     msg: dict = {"op": "jobs"}
     job_ids = []
@@ -211,6 +213,42 @@ def _main() -> int:
         except ValueError:
             raise CliExit([f"squeue: error: Invalid iterate value: {iterate}"], 1) from None
         sys.stdout.write("\n")
+
+
+def _steps(opts: dict) -> int:
+    """squeue -s[STEPS]: the running steps (batch steps included), filtered by -s's
+    ``job[.step]`` list, -j, -u/--me and -p; -o/-h as for jobs."""
+    from muster.cli import fmt_squeue
+    from muster.cli.fmt_scontrol import step_id_str
+    steps = call({"op": "steps"})
+    now, steps = steps["now"], steps["steps"]
+    want = set(_split(opts["steps"])) if isinstance(opts["steps"], str) else set()
+    if want:
+        steps = [s for s in steps if step_id_str(s) in want or str(s["job_id"]) in want
+                 or step_id_str(s).split(".")[0] in want]
+    jobs = {t.split("_")[0].split(".")[0] for spec in opts.get("jobs") or [] for t in _split(spec)}
+    if jobs:
+        steps = [s for s in steps if str(s["job_id"]) in jobs or str(s.get("array_job_id")) in jobs]
+    users = _split(opts.get("user"))
+    if users or opts.get("me"):
+        import pwd
+        uids = {os.getuid()} if opts.get("me") else set()
+        for u in users:
+            try:
+                uids.add(int(u) if u.isdigit() else pwd.getpwnam(u).pw_uid)
+            except KeyError:
+                sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
+        steps = [s for s in steps if s["uid"] in uids]
+    parts = set(_split(opts.get("partition")))
+    if parts:
+        steps = [s for s in steps if s["partition"] in parts]
+    try:
+        out = fmt_squeue.render_steps(steps, fmt=opts.get("format"),
+                                      noheader=bool(opts.get("noheader")), now=now)
+    except ValueError as exc:
+        raise CliExit([f"squeue: error: Invalid field: {exc}"], 1) from None
+    sys.stdout.write(out)
+    return 0
 
 
 def main() -> None:

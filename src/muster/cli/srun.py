@@ -5,10 +5,13 @@ allocation's lease: if srun dies, the allocation is given back), waits for it wi
 messages, runs step 0 and releases the allocation with the step's exit code. Inside an
 allocation (``SLURM_JOB_ID`` set, or ``--jobid``), it creates the next step of that job.
 
-I/O: srun listens on a TCP port; every node's step daemon connects back (authenticated with a
-per-step key the controller handed to both) and streams its tasks' stdout/stderr as raw
-frames (muster.common.iostream). srun reassembles lines per task, so tasks interleave only at
-line boundaries; ``-l`` prefixes ``N: ``. Stdin goes to task 0 (``--input=all`` to every task).
+I/O: srun listens on a TCP port of the address the step daemons will connect to (loopback
+for a local controller; never every interface unless ``MUSTER_SRUN_ADDR`` says so); every
+node's step daemon connects back, and the two prove to each other that they hold the per-step
+key the controller handed to both (the key itself never crosses this connection), then every
+frame is sealed (muster.common.iostream). srun reassembles lines per task, so tasks interleave
+only at line boundaries; ``-l`` prefixes ``N: ``. Stdin goes to task 0 (``--input=all`` to
+every task).
 
 Signals: SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the tasks; a second Ctrl-C
 within one second kills the step. Exit code: the highest task exit code, or 128+signal when a
@@ -17,6 +20,7 @@ task was killed by a signal.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import selectors
@@ -27,6 +31,7 @@ import time
 
 from muster.cli.getopt import NO_ARG, OPTIONAL, REQUIRED, CliExit, GetoptParser, OptSpec
 from muster.common import iostream as io
+from muster.common.linkauth import HANDSHAKE_TIMEOUT, LinkAuthError, Responder
 
 PROG = "srun"
 
@@ -99,11 +104,15 @@ class Invocation:
         self.argv: list[str] = []
 
 
-def parse(argv: list[str], environ: dict, cwd: str) -> Invocation:
-    from muster.cli import jobopts
+def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocation:
+    """srun's (and salloc's, ``prog``) command line → the job request and srun's own flags.
+    Options Muster refuses stop here; those it warns about are reported on stderr
+    (muster.cli.optstatus)."""
+    from muster.cli import jobopts, optstatus
     parser, handlers, srun_dests = _parser()
     occ, operands = parser.parse(argv)
     b = jobopts._Build()
+    b.prog = prog
     b.cwd = cwd
     b.now = int(time.time())
     b.src = "cli"
@@ -122,6 +131,8 @@ def parse(argv: list[str], environ: dict, cwd: str) -> Invocation:
     b.req["umask"] = jobopts._current_umask()
     b.req["submit_line"] = " ".join(["srun"] + list(argv))[:4096]
     inv.req = b.req
+    for line in b.inv.warnings + optstatus.check(prog, [o.spec.long or o.spec.short for o in occ]):
+        sys.stderr.write(line + "\n")
     inv.flags = {k: getattr(b.inv, k, False) for k in ("help", "version", "verbose", "quiet")}
     inv.argv = operands
     return inv
@@ -157,11 +168,56 @@ class Controller:
 
 # ---- the step's I/O -------------------------------------------------------------------------
 
+MAX_UNPROVEN = 128  # connections still in their handshake, on top of one per node of the step
+ACCEPT_BURST = 64   # connections accepted per readiness event of the listener
+STDIN_BACKLOG = 4 << 20  # stdin bytes queued for a step daemon before srun stops reading stdin
+UNPROVEN_READ = 16384  # bytes read at a time from an unproven connection (its frames: <= 64 KiB)
+
+
+def _io_address(ctl_sock: socket.socket) -> str:
+    """The address srun's I/O listener binds: the one the step daemons will connect to. The
+    controller sends them to the address it sees srun's request come from — over its Unix
+    socket, the loopback address — so srun never listens on every interface unless
+    ``MUSTER_SRUN_ADDR`` says so."""
+    override = os.environ.get("MUSTER_SRUN_ADDR")
+    if override:
+        return override
+    if ctl_sock.family in (socket.AF_INET, socket.AF_INET6):
+        return ctl_sock.getsockname()[0]
+    return "127.0.0.1"
+
+
+class _Peer:
+    """One connection to srun's I/O port. ``node`` is None until the handshake is complete
+    (``hs`` holds it after a valid hello); then ``sealer`` seals what srun sends it and ``dec``
+    checks every frame it sends. ``out``: sealed bytes the socket has not taken yet."""
+
+    __slots__ = ("sock", "dec", "hs", "node", "sealer", "out", "deadline")
+
+    def __init__(self, sock: socket.socket, deadline: float):
+        self.sock, self.deadline = sock, deadline
+        self.dec = io.Decoder()
+        self.hs = self.node = self.sealer = None
+        self.out = bytearray()
+
+
 class StepIO:
-    def __init__(self, label: bool, ntasks: int, unbuffered: bool):
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    """srun's end of the step's I/O stream (muster.common.iostream): the listener, one
+    authenticated connection per node, line reassembly, stdin and signal forwarding.
+
+    Invariants: nothing a connection sends is acted on before its proof has checked out and its
+    claims match the step's layout (job, step, a node not seen before, that node's tasks);
+    after that each of its frames has passed its MAC check, and a frame that fails closes it
+    like a lost node connection. An unproven connection holds at most one pre-auth frame of
+    memory, HANDSHAKE_TIMEOUT of time and one of MAX_UNPROVEN (+1 per node) slots — when they
+    run out, the oldest that has not even sent a valid hello goes first — so hostile
+    connections may slow srun down but cannot lock the step daemons out."""
+
+    def __init__(self, label: bool, ntasks: int, unbuffered: bool, addr: str = "127.0.0.1"):
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        self.lsock = socket.socket(family, socket.SOCK_STREAM)
         self.lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.lsock.bind((os.environ.get("MUSTER_SRUN_ADDR", "0.0.0.0"), 0))
+        self.lsock.bind((addr, 0))
         self.lsock.listen(1024)
         self.lsock.setblocking(False)
         self.port = self.lsock.getsockname()[1]
@@ -170,35 +226,58 @@ class StepIO:
         self.label = label
         self.width = len(str(max(0, ntasks - 1)))
         self.unbuffered = unbuffered
-        self.key = None
+        self.key: bytes | None = None       # K; no hello is answered before the step exists
+        self.job_id = self.step_id = None
+        self.layout: dict[str, list[int]] = {}
         self.expected_nodes: set[str] = set()
-        self.conns: dict[socket.socket, dict] = {}
+        self.peers: dict[socket.socket, _Peer] = {}
+        self.unproven: dict[socket.socket, _Peer] = {}  # in accept order
+        self.claimed: set[str] = set()      # nodes whose daemon has authenticated (once each)
         self.done_nodes: set[str] = set()
         self.lost_nodes: set[str] = set()   # declared failed by the controller
         self.suspect: set[str] = set()      # stream broke; waiting for the controller's word
         self.exits: dict[int, dict] = {}
         self.partial: dict[tuple[int, int], bytearray] = {}
         self.task_node: dict[int, str] = {}
-        self.stdin_node_sock = None
-        self.pending_stdin: list[bytes] = []
+        self.stdin_targets: list[_Peer] = []
+        self.pending_stdin: list[tuple[int, int, bytes]] = []
+        self.pending_bytes = 0
+        self.stdin_paused = False
+        self.on_exit = None
+
+    def set_step(self, job_id: int, reply: dict) -> None:
+        """The controller's answer to step_create: the key and who may connect."""
+        self.key = io.step_key(reply["key"])
+        self.job_id, self.step_id = job_id, reply["step_id"]
+        self.layout = {n["node"]: list(n["tasks"]) for n in reply["layout"]}
+        self.expected_nodes = set(self.layout)
+        for node, tasks in self.layout.items():
+            for t in tasks:
+                self.task_node[t] = node
 
     def _write(self, fd: int, task: int, data: bytes) -> None:
+        """Write a task's output in whole lines; its unfinished last line waits in ``partial``.
+        Without labels the frame's complete lines are written as they are (not copied)."""
         out = sys.stdout.buffer if fd == io.STDOUT else sys.stderr.buffer
         if self.unbuffered and not self.label:
             out.write(data)
             out.flush()
             return
-        buf = self.partial.setdefault((task, fd), bytearray())
-        buf += data
-        nl = buf.rfind(b"\n")
+        nl = data.rfind(b"\n")
         if nl < 0:
+            self.partial.setdefault((task, fd), bytearray()).extend(data)
             return
-        lines = bytes(buf[:nl + 1])
-        del buf[:nl + 1]
+        head = self.partial.pop((task, fd), None)
         if self.label:
+            lines = bytes(head or b"") + data[:nl + 1]
             prefix = f"{task:>{self.width}}: ".encode()
-            lines = b"".join(prefix + line for line in lines.splitlines(keepends=True))
-        out.write(lines)
+            out.write(b"".join(prefix + line for line in lines.splitlines(keepends=True)))
+        else:
+            if head:
+                out.write(head)
+            out.write(memoryview(data)[:nl + 1])
+        if nl + 1 < len(data):
+            self.partial[(task, fd)] = bytearray(data[nl + 1:])
         out.flush()
 
     def _flush_task(self, task: int) -> None:
@@ -212,91 +291,201 @@ class StepIO:
                 out.write(data + b"\n")
                 out.flush()
 
-    def send_all(self, data: bytes) -> None:
-        for s in list(self.conns):
-            try:
-                s.sendall(data)
-            except OSError:
-                pass
-
     def signal_tasks(self, sig: int) -> None:
-        self.send_all(io.pack(io.SIGNAL, 0, json.dumps({"signal": sig}).encode()))
+        payload = json.dumps({"signal": sig}).encode()
+        for peer in [p for p in self.peers.values() if p.node]:
+            self._send(peer, io.SIGNAL, 0, payload)
 
     def finished(self) -> bool:
         return bool(self.expected_nodes) and (self.done_nodes | self.lost_nodes) >= self.expected_nodes
 
     def poll(self, timeout: float) -> None:
-        for key, _ in self.sel.select(timeout):
-            kind, st = key.data
+        for key, mask in self.sel.select(timeout):
+            kind, peer = key.data
             if kind == "accept":
-                try:
-                    conn, _ = self.lsock.accept()
-                except BlockingIOError:
-                    continue
-                conn.setblocking(False)
-                self.conns[conn] = {"dec": io.Decoder(), "node": None}
-                self.sel.register(conn, selectors.EVENT_READ, ("conn", conn))
+                self._accept()
             elif kind == "stdin":
                 self._read_stdin()
-            else:
-                self._read(st)
+            elif self.peers.get(peer.sock) is peer:  # not closed earlier in this round
+                if mask & selectors.EVENT_WRITE:
+                    self._flush(peer)
+                if mask & selectors.EVENT_READ and self.peers.get(peer.sock) is peer:
+                    self._read(peer)
+        self._expire()
 
-    def _read(self, conn) -> None:
-        info = self.conns.get(conn)
+    # connections ------------------------------------------------------------------------------
+    def _accept(self) -> None:
+        for _ in range(ACCEPT_BURST):
+            try:
+                conn, _ = self.lsock.accept()
+            except BlockingIOError:
+                return
+            except OSError as exc:  # out of descriptors: make room; anything else: next time
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._drop_unproven():
+                    continue
+                return
+            conn.setblocking(False)
+            peer = _Peer(conn, time.monotonic() + HANDSHAKE_TIMEOUT)
+            self.peers[conn] = self.unproven[conn] = peer
+            self.sel.register(conn, selectors.EVENT_READ, ("peer", peer))
+            if len(self.unproven) > MAX_UNPROVEN + len(self.expected_nodes):
+                self._drop_unproven()
+
+    def _drop_unproven(self) -> bool:
+        """Close the oldest unproven connection that has not sent a valid hello, else the
+        oldest one; False when there is none."""
+        if not self.unproven:
+            return False
+        victim = next((p for p in self.unproven.values() if p.hs is None), None)
+        self._close(victim or next(iter(self.unproven.values())), lost=False)
+        return True
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self.unproven:
+            peer = next(iter(self.unproven.values()))  # the oldest: deadlines come in order
+            if peer.deadline > now:
+                return
+            self._close(peer, lost=False)
+
+    def _read(self, peer: _Peer) -> None:
         try:
-            data = conn.recv(262144)
+            n = peer.dec.recv_into(peer.sock, 262144 if peer.node else UNPROVEN_READ)
         except BlockingIOError:
             return
         except OSError:
-            data = b""
-        if not data:
-            self._close(conn, lost=info is not None and info["node"] not in self.done_nodes)
+            n = 0
+        if not n:
+            self._close(peer, lost=True)
             return
         try:
-            frames = info["dec"].feed(data)
-        except ValueError:
-            self._close(conn, lost=True)
-            return
-        for kind, task, payload in frames:
-            if kind == io.HELLO:
-                hello = json.loads(payload)
-                if hello.get("key") != self.key:
-                    self._close(conn, lost=False)
-                    return
-                info["node"] = hello["node"]
-                for t in hello.get("tasks", []):
-                    self.task_node[t] = hello["node"]
-                if 0 in hello.get("tasks", []) or self.stdin_all:
-                    self.stdin_targets.append(conn)
-                    for chunk in self.pending_stdin:
-                        conn.sendall(chunk)
-            elif info["node"] is None:
-                self._close(conn, lost=False)
-                return
-            elif kind in (io.STDOUT, io.STDERR):
-                self._write(kind, task, payload)
-            elif kind == io.EXIT:
-                self._flush_task(task)
-                self.exits[task] = json.loads(payload)
-                if self.on_exit:
-                    self.on_exit(task, self.exits[task])
-            elif kind == io.DONE:
-                self.done_nodes.add(info["node"])
+            for kind, task, payload in peer.dec.frames():
+                if peer.node is None:
+                    if not self._handshake(peer, kind, payload):
+                        self._close(peer, lost=False)
+                        return
+                elif not self._frame(peer, kind, task, payload):
+                    raise ValueError("unexpected frame")
+        except (ValueError, LinkAuthError) as exc:
+            if peer.node:
+                what = ("failed its integrity check" if isinstance(exc, LinkAuthError)
+                        else "sent a malformed frame")
+                sys.stderr.write(f"srun: error: {peer.node}: I/O stream {what}; "
+                                 f"connection closed\n")
+            self._close(peer, lost=True)
 
-    def _close(self, conn, lost: bool) -> None:
-        info = self.conns.pop(conn, None)
+    def _handshake(self, peer: _Peer, kind: int, payload: bytes) -> bool:
+        """One handshake message from an unproven peer (iostream): False closes it."""
+        if kind != io.HELLO or self.key is None:
+            return False
         try:
-            self.sel.unregister(conn)
+            msg = io.message(payload)
+            if peer.hs is None:
+                hs = Responder([self.key], (io.ROLE,))
+                challenge = hs.challenge(msg)
+                peer.hs = hs
+                self._queue(peer, io.hello(challenge))
+                return True
+            claims = peer.hs.verify(msg)
+        except (ValueError, LinkAuthError):
+            return False
+        node = self._claimed_node(claims)
+        if node is None:
+            return False
+        peer.sealer, peer.dec.opener = peer.hs.pair()
+        peer.dec.limit = io.MAX_PAYLOAD
+        peer.node, peer.hs = node, None
+        self.claimed.add(node)
+        del self.unproven[peer.sock]
+        if self.stdin_all or 0 in self.layout[node]:
+            self.stdin_targets.append(peer)
+            for frame in self.pending_stdin:
+                self._send(peer, *frame)
+            self._resume_stdin()
+        return True
+
+    def _claimed_node(self, claims: dict) -> str | None:
+        """The node a proven peer speaks for: one of the step's, not claimed before, with
+        that node's tasks."""
+        node = claims.get("node")
+        if (not isinstance(node, str) or node not in self.layout or node in self.claimed
+                or claims.get("job") != self.job_id or claims.get("step") != self.step_id
+                or claims.get("tasks") != self.layout[node]):
+            return None
+        return node
+
+    def _frame(self, peer: _Peer, kind: int, task: int, payload: bytes) -> bool:
+        """One authenticated frame; False: not one a step daemon sends for its own tasks."""
+        if kind == io.DONE:
+            self.done_nodes.add(peer.node)
+            return True
+        if self.task_node.get(task) != peer.node:
+            return False
+        if kind == io.STDOUT or kind == io.STDERR:
+            self._write(kind, task, payload)
+        elif kind == io.EXIT:
+            e = json.loads(payload)
+            if not isinstance(e, dict):
+                return False
+            self._flush_task(task)
+            self.exits[task] = e
+            if self.on_exit:
+                self.on_exit(task, e)
+        else:
+            return False
+        return True
+
+    def _close(self, peer: _Peer, lost: bool) -> None:
+        if self.peers.pop(peer.sock, None) is None:
+            return
+        self.unproven.pop(peer.sock, None)
+        try:
+            self.sel.unregister(peer.sock)
         except (KeyError, ValueError):
             pass
-        conn.close()
-        if info and info["node"] and info["node"] not in self.done_nodes and lost:
-            self.suspect.add(info["node"])
+        peer.sock.close()
+        if peer in self.stdin_targets:
+            self.stdin_targets.remove(peer)
+        if lost and peer.node and peer.node not in self.done_nodes:
+            self.suspect.add(peer.node)
+
+    def _send(self, peer: _Peer, kind: int, task: int, payload: bytes = b"") -> None:
+        self._queue(peer, io.seal(peer.sealer, kind, task, payload))
+
+    def _queue(self, peer: _Peer, data: bytes) -> None:
+        """Write ``data`` to the peer without ever blocking srun; what the socket does not
+        take now waits in ``peer.out`` (written when the socket is writable, in order)."""
+        if peer.out:
+            peer.out += data
+            return
+        try:
+            n = peer.sock.send(data)
+        except BlockingIOError:
+            n = 0
+        except OSError:
+            self._close(peer, lost=True)
+            return
+        if n < len(data):
+            peer.out += data[n:]
+            self.sel.modify(peer.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, ("peer", peer))
+
+    def _flush(self, peer: _Peer) -> None:
+        try:
+            n = peer.sock.send(peer.out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._close(peer, lost=True)
+            return
+        del peer.out[:n]
+        if not peer.out:
+            self.sel.modify(peer.sock, selectors.EVENT_READ, ("peer", peer))
+            self._resume_stdin()
 
     # stdin ------------------------------------------------------------------------------------
     stdin_all = False
-    stdin_targets: list = []
-    on_exit = None
+    stdin_file = False
+    stdin_fd = None
 
     def attach_stdin(self, target: str) -> None:
         self.stdin_targets = []
@@ -316,34 +505,49 @@ class StepIO:
             # a regular file or /dev/null cannot be polled: it is always readable
             self.stdin_file = True
 
-    stdin_file = False
+    def _stdin_backlogged(self) -> bool:
+        """Too much stdin is waiting for the step daemons: stop reading it for now."""
+        if not self.stdin_targets:
+            return self.pending_bytes > STDIN_BACKLOG
+        return any(len(p.out) > STDIN_BACKLOG for p in self.stdin_targets)
+
+    def stdin_ready(self) -> bool:
+        """A stdin file is to be read without waiting (it cannot be polled)."""
+        return self.stdin_file and bool(self.stdin_targets) and not self._stdin_backlogged()
 
     def pump_stdin_file(self) -> None:
-        if self.stdin_file and self.stdin_targets:
+        if self.stdin_ready():
             self._read_stdin()
 
+    def _resume_stdin(self) -> None:
+        if self.stdin_paused and not self._stdin_backlogged():
+            self.stdin_paused = False
+            self.sel.register(self.stdin_fd, selectors.EVENT_READ, ("stdin", None))
+
     def _read_stdin(self) -> None:
+        if self._stdin_backlogged():
+            if not self.stdin_file:
+                self.stdin_paused = True
+                self.sel.unregister(self.stdin_fd)
+            return
         try:
             data = os.read(self.stdin_fd, 65536)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        task = 0xFFFFFFFF if self.stdin_all else 0
-        frame = io.pack(io.STDIN, task, data) if data else io.pack(io.STDIN_EOF, task)
+        frame = (io.STDIN if data else io.STDIN_EOF, io.ALL_TASKS if self.stdin_all else 0, data)
         if not data:
             if self.stdin_file:
                 self.stdin_file = False
             else:
                 self.sel.unregister(self.stdin_fd)
         if self.stdin_targets:
-            for s in self.stdin_targets:
-                try:
-                    s.sendall(frame)
-                except OSError:
-                    pass
+            for peer in list(self.stdin_targets):
+                self._send(peer, *frame)
         else:
             self.pending_stdin.append(frame)
+            self.pending_bytes += len(data)
 
 
 def _fmt_ids(ids: list[int]) -> str:
@@ -387,6 +591,14 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
     return code
 
 
+def _open_mode(value) -> str | None:
+    """``--open-mode``, else SLURM_OPEN_MODE (``a``/``t``: what sbatch's --open-mode exports
+    to its job, so a checkpointing job's step logs are appended to across requeues, as with
+    Slurm), as the step daemon's ``append``/``truncate``."""
+    v = str(value or "").lower()
+    return "append" if v in ("a", "append") else ("truncate" if v in ("t", "truncate") else None)
+
+
 def _step_request(inv: Invocation, env: dict, inside: bool) -> dict:
     r, s = inv.req, inv.srun
     gpn = None
@@ -401,8 +613,10 @@ def _step_request(inv: Invocation, env: dict, inside: bool) -> dict:
         "nodelist": r.get("nodelist"), "exclude": r.get("exclude"),
         "distribution": r.get("distribution") or env.get("SLURM_DISTRIBUTION") or "block",
         "overlap": _flag(s.get("overlap"), env, "SLURM_OVERLAP"),
+        "gpu_bind": r.get("gpu_bind") or env.get("SLURM_GPU_BIND"),
         "argv": inv.argv, "cwd": r.get("work_dir"), "name": r.get("name"),
-        "label": bool(s.get("label")), "open_mode": s.get("open-mode") or s.get("open_mode"),
+        "label": bool(s.get("label")),
+        "open_mode": _open_mode(s.get("open-mode") or s.get("open_mode") or env.get("SLURM_OPEN_MODE")),
         "output": _io_pattern(r.get("std_out")), "error": _io_pattern(r.get("std_err")),
         "input": _io_pattern(r.get("std_in")), "umask": r.get("umask"),
     }
@@ -456,7 +670,9 @@ def _main() -> int:
             raise _err(f"Invalid job id specified: {job_id}")
         job_id = int(jid)
     step_env = {k: v for k, v in env.items()}
-    export = inv.req.get("export") or env.get("SLURM_EXPORT_ENV")
+    # --export, else SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV (set in a batch job by sbatch's
+    # --export, so that steps follow it unless SRUN_EXPORT_ENV says otherwise: env.md §2)
+    export = inv.req.get("export") or env.get("SRUN_EXPORT_ENV") or env.get("SLURM_EXPORT_ENV")
     if export:
         from muster.cli.jobopts import build_export_env
         step_env = build_export_env(export, env)
@@ -523,15 +739,15 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     kb = s.get("kill_on_bad_exit")
     kill_bad = (kb is True or kb == "1") if kb is not None else _flag(None, os.environ, "SLURM_KILL_BAD_EXIT")
     stdin_target = step["stdin_target"]
-    # strip the allocation's per-step variables from what the tasks inherit
+    # strip the allocation's per-step variables from what the tasks inherit. PyTorch's
+    # (MASTER_ADDR, RANK...) are sent as they are: the controller keeps the user's and
+    # replaces only those an outer step of Muster set (controller.jobenv.user_env_for_step)
     for k in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
               "SLURM_TASK_PID", "SLURM_GTIDS", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
-              "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE", "RANK", "LOCAL_RANK",
-              "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-              "NODE_RANK"):
+              "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"):
         step_env.pop(k, None)
     step["env"] = step_env
-    sio = StepIO(label, 1, bool(s.get("unbuffered")))
+    sio = StepIO(label, 1, bool(s.get("unbuffered")), _io_address(ctl.sock))
     step["io_port"] = sio.port
     delay = 0.05
     announced = False
@@ -555,11 +771,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
         sys.stderr.write(f"srun: Step created for StepId={job_id}.{reply['step_id']}\n")
     ntasks = reply["ntasks"]
     sio.width = len(str(max(0, ntasks - 1)))
-    sio.key = reply["key"]
-    sio.expected_nodes = {n["node"] for n in reply["layout"]}
-    for n in reply["layout"]:
-        for t in n["tasks"]:
-            sio.task_node[t] = n["node"]
+    sio.set_step(job_id, reply)
     sio.attach_stdin("none" if stdin_target == "none" or step.get("input") else
                      ("all" if stdin_target == "all" else "0"))
     state = {"last_int": 0.0, "killed": False}
@@ -595,7 +807,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
     next_check = 0.0
     while not sio.finished():
-        sio.poll(0 if sio.stdin_file and sio.stdin_targets else 0.2)
+        sio.poll(0 if sio.stdin_ready() else 0.2)
         sio.pump_stdin_file()
         while pending_signals:
             sig = pending_signals.pop(0)
@@ -611,7 +823,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 state["last_int"] = now
             else:
                 sio.signal_tasks(sig)
-        connected = {i["node"] for i in sio.conns.values() if i["node"]} | sio.done_nodes | sio.suspect
+        connected = sio.claimed | sio.done_nodes | sio.suspect
         if connected < sio.expected_nodes and time.time() > connect_deadline:
             sio.suspect |= sio.expected_nodes - connected
         if sio.suspect and time.time() >= next_check:

@@ -1,17 +1,27 @@
-"""HMAC credentials for agents and remote clients (standard library only).
+"""The cluster key, and job credentials (standard library only).
 
-The MUNGE pattern: a credential states an identity (uid, gid) and is sealed with
-HMAC-SHA256 under the cluster secret, which only root (and the cluster owner) can read.
-Local clients never need one: the controller reads their uid from the Unix socket
+**The cluster key** (``muster.key``, hex text) is the secret every daemon shares: the TCP links
+to the controller authenticate with it (:mod:`muster.common.linkauth`) and job credentials are
+signed with a key derived from it. Like MUNGE's key it must be a regular file owned by the
+daemon's effective uid (or root) that neither group nor others may access: a key that anyone
+else could read or replace is refused at start-up with a one-line error. During a key rotation
+the daemons also load ``<key>.old`` (same checks) and accept either key (:func:`load_keys`).
+Local clients never need the key: the controller reads their uid from the Unix socket
 (SO_PEERCRED), which the kernel supplies and no client can forge.
 
-Credential (a JSON object sent as the ``cred`` field of the first frame on a TCP connection)::
+**Job credentials** (Slurm's job credential). Every message that makes an agent run, signal or
+kill something carries ``cred``, signed by the controller with :func:`cred_key` (a key derived
+from the cluster key for this purpose only) over the operation, job, step, run, supplementary
+groups, node, uid, gid and an expiry :data:`CRED_TTL` seconds after it was minted::
 
-    {"uid": int, "gid": int, "host": str, "ts": int (unix seconds), "nonce": hex str, "mac": hex}
+    "cred": {"node": str, "uid": int|null, "gid": int|null, "exp": int, "mac": hex}
 
-``mac`` = HMAC-SHA256(secret, canonical JSON of every other field). The verifier refuses a
-credential whose MAC is wrong (forged), whose ``ts`` is more than ``TTL`` seconds away from
-its clock (stale), or whose nonce it has already accepted within the TTL (replayed).
+The operation, job (the job list for ``kill_list``), step, run and groups are read from the
+message itself, so they cannot be changed without breaking the MAC. The agent checks the MAC,
+that ``node`` is its own name, that ``exp`` has not passed and that uid/gid are the launch's
+(:func:`verify_job_cred`), and runs nothing otherwise. The controller mints the credential when
+the frame is written (not when the message is queued), so a message that waited in an outbox
+for an agent that was away leaves with a fresh one.
 """
 
 from __future__ import annotations
@@ -24,13 +34,17 @@ import secrets
 import stat
 import time
 
-TTL = 120  # seconds a credential stays valid (Slurm/MUNGE use a similar window)
 KEY_BYTES = 32
+CRED_TTL = 300  # seconds a job credential stays valid after it is minted
+CRED_OPS = frozenset({"launch", "launch_step", "terminate", "signal", "signal_step",
+                      "update_limit", "kill_list"})
 
 
 class CredentialError(Exception):
     pass
 
+
+# ---- the cluster key --------------------------------------------------------------------------
 
 def generate_key(path: str) -> None:
     """Write a new random secret, mode 0600, without ever making it readable by others."""
@@ -40,7 +54,9 @@ def generate_key(path: str) -> None:
 
 
 def load_key(path: str) -> bytes:
-    """Read the secret; refuse one that group or others could read or write."""
+    """Read the secret. Refused (CredentialError, one line): not a regular file (symlinks are
+    not followed), owned by someone other than our effective uid or root, accessible to group
+    or others in any way, unreadable or too short."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
@@ -49,9 +65,12 @@ def load_key(path: str) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise CredentialError(f"{path}: key file must be a regular file")
+        if st.st_uid not in (os.geteuid(), 0):
+            raise CredentialError(f"{path}: key file must be owned by uid {os.geteuid()} or "
+                                  f"root (it is owned by uid {st.st_uid})")
         if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise CredentialError(
-                f"{path}: key file must be mode 0600 (it is {oct(st.st_mode & 0o777)})")
+            raise CredentialError(f"{path}: key file must be mode 0600, not accessible by "
+                                  f"group or others (it is {oct(st.st_mode & 0o777)})")
         try:
             key = os.read(fd, 4096).decode("ascii").strip()
         except (OSError, UnicodeDecodeError) as exc:
@@ -63,64 +82,72 @@ def load_key(path: str) -> bytes:
     return key.encode()
 
 
-def _mac(key: bytes, fields: dict) -> str:
-    body = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key, body, hashlib.sha256).hexdigest()
+def load_keys(path: str) -> list[bytes]:
+    """The key, then ``<path>.old`` when it exists (a rotation in progress); both checked."""
+    keys = [load_key(path)]
+    if os.path.lexists(path + ".old"):
+        old = load_key(path + ".old")
+        if old != keys[0]:
+            keys.append(old)
+    return keys
 
 
-def mint(key: bytes, uid: int, gid: int, host: str = "", now: float | None = None) -> dict:
-    fields = {
-        "uid": int(uid),
-        "gid": int(gid),
-        "host": host,
-        "ts": int(time.time() if now is None else now),
-        "nonce": secrets.token_hex(16),
-    }
-    fields["mac"] = _mac(key, fields)
-    return fields
+# ---- job credentials ----------------------------------------------------------------------
+
+def cred_key(cluster_key: bytes) -> bytes:
+    """The job-credential key: derived, so a credential is never valid as anything else."""
+    return hmac.new(cluster_key, b"muster job credential v1", hashlib.sha256).digest()
 
 
-class Verifier:
-    """Checks credentials; remembers nonces for TTL seconds to refuse replays."""
-
-    def __init__(self, key: bytes, ttl: int = TTL):
-        self._key = key
-        self._ttl = ttl
-        self._seen: dict[str, int] = {}
-
-    def verify(self, cred: object, now: float | None = None) -> tuple[int, int]:
-        """(uid, gid) of a valid credential; CredentialError (never anything else) if not."""
-        now = int(time.time() if now is None else now)
-        if not isinstance(cred, dict):
-            raise CredentialError("credential missing")
-        try:
-            fields = {k: cred[k] for k in ("uid", "gid", "host", "ts", "nonce")}
-            mac = cred["mac"]
-        except KeyError:
-            raise CredentialError("credential incomplete") from None
-        if not (_is_id(fields["uid"]) and _is_id(fields["gid"])
-                and isinstance(fields["ts"], int) and not isinstance(fields["ts"], bool)
-                and abs(fields["ts"]) < 2**63
-                and isinstance(fields["host"], str) and len(fields["host"]) <= 1024
-                and isinstance(fields["nonce"], str) and 16 <= len(fields["nonce"]) <= 128
-                and isinstance(mac, str) and len(mac) == 64 and mac.isascii()):
-            raise CredentialError("credential malformed")
-        try:
-            expected = _mac(self._key, fields)
-        except (TypeError, ValueError):  # e.g. a lone surrogate in host
-            raise CredentialError("credential malformed") from None
-        if not hmac.compare_digest(expected, mac):
-            raise CredentialError("credential forged (bad MAC)")
-        if abs(now - fields["ts"]) > self._ttl:
-            raise CredentialError("credential expired (timestamp outside the "
-                                  f"{self._ttl}-second window)")
-        if len(self._seen) > 100_000:
-            self._seen = {n: t for n, t in self._seen.items() if abs(now - t) <= self._ttl}
-        if fields["nonce"] in self._seen:
-            raise CredentialError("credential replayed")
-        self._seen[fields["nonce"]] = fields["ts"]
-        return fields["uid"], fields["gid"]
+def _subject(msg: dict) -> dict:
+    op = msg.get("op")
+    return {"op": op, "job": msg.get("jobs") if op == "kill_list" else msg.get("job_id"),
+            "step": msg.get("step_id"), "run": msg.get("run", 0), "groups": msg.get("groups")}
 
 
-def _is_id(v: object) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32
+def _cred_mac(ckey: bytes, msg: dict, node: object, uid: object, gid: object,
+              exp: object) -> str:
+    fields = {**_subject(msg), "node": node, "uid": uid, "gid": gid, "exp": exp}
+    body = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hmac.new(ckey, body.encode(), hashlib.sha256).hexdigest()
+
+
+def mint_job_cred(ckey: bytes, msg: dict, node: str, uid: int | None, gid: int | None,
+                  now: float | None = None) -> dict:
+    """The credential for ``msg`` (an op of CRED_OPS) sent to ``node`` for a job of uid/gid."""
+    exp = int(time.time() if now is None else now) + CRED_TTL
+    return {"node": node, "uid": uid, "gid": gid, "exp": exp,
+            "mac": _cred_mac(ckey, msg, node, uid, gid, exp)}
+
+
+def verify_job_cred(ckeys: list[bytes], msg: dict, node: str, ids: tuple | None = None,
+                    now: float | None = None) -> None:
+    """Check ``msg["cred"]`` for this node and, when ``ids`` is given, for this (uid, gid):
+    the launch's. CredentialError (never anything else) if it is missing, forged, expired, or
+    for another node or user."""
+    cred = msg.get("cred")
+    if not isinstance(cred, dict):
+        raise CredentialError("job credential missing")
+    c_node, c_uid, c_gid, exp, mac = (cred.get(k) for k in ("node", "uid", "gid", "exp", "mac"))
+    if not (isinstance(c_node, str) and _is_id_or_none(c_uid) and _is_id_or_none(c_gid)
+            and isinstance(exp, int) and not isinstance(exp, bool)
+            and isinstance(mac, str) and len(mac) == 64 and mac.isascii()):
+        raise CredentialError("job credential malformed")
+    try:
+        good = any(hmac.compare_digest(_cred_mac(k, msg, c_node, c_uid, c_gid, exp), mac)
+                   for k in ckeys)
+    except (TypeError, ValueError):  # a message JSON cannot encode canonically
+        raise CredentialError("job credential malformed") from None
+    if not good:
+        raise CredentialError("job credential forged (bad MAC)")
+    if exp < int(time.time() if now is None else now):
+        raise CredentialError("job credential expired (check the clocks of controller and node)")
+    if c_node != node:
+        raise CredentialError(f"job credential is for node {c_node[:64]!r}, not {node!r}")
+    if ids is not None and (c_uid, c_gid) != tuple(ids):
+        raise CredentialError(f"job credential is for uid/gid {c_uid}/{c_gid}, "
+                              f"the job runs as {ids[0]}/{ids[1]}")
+
+
+def _is_id_or_none(v: object) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32)

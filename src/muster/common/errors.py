@@ -32,14 +32,38 @@ CODES: dict[str, tuple[str, int]] = {
     "dependency": ("Job dependency problem", 400),
     "invalid_array": ("Invalid job array specification", 400),
     "invalid_gres": ("Invalid generic resource (gres) specification", 400),
+    "invalid_feature": ("Invalid feature specification", 400),  # ESLURM_INVALID_FEATURE
+    "invalid_license": ("Invalid license specification", 400),  # ESLURM_INVALID_LICENSES
     "invalid_nodelist": ("Invalid node name specified", 400),
     "invalid_request": ("Invalid request", 400),
     "too_large": ("Request too large", 413),
     "not_batch": ("Only batch jobs are accepted or processed", 400),
     "requeue_disabled": ("Requested operation is presently disabled", 409),
     "job_pending": ("Job is pending execution", 409),
+    "job_not_pending": ("Job is no longer pending execution", 409),
     "not_held": ("Job is not held", 409),
+    # scontrol update job (slurmctld's _update_job): Slurm's errstrs
+    "job_held": ("Job is in held state, pending scheduler release", 409),  # ESLURM_JOB_HELD
+    "prio_reset_fail": ("Changes to job priority are not persistent, change nice instead", 400),
+    "invalid_time_value": ("Invalid time specified", 400),  # ESLURM_INVALID_TIME_VALUE
+    "invalid_time_min": ("Invalid time-min specification (exceeds job's time or other limits)",
+                         400),  # ESLURM_INVALID_TIME_MIN_LIMIT
+    "circular_dependency": ("Circular job dependency", 400),  # ESLURM_CIRCULAR_DEPENDENCY
+    "disabled": ("Requested operation is presently disabled", 409),  # ESLURM_DISABLED
+    "not_supported": ("Requested operation not supported on this system", 400),
+    # scontrol's own refusal of a key it does not know (update_job.c), sent by the controller
+    "update_not_supported": ("Update of this parameter is not supported", 400),
     "busy": ("Controller busy, try again", 503),
+    # MaxJobCount reached: slurmctld answers EAGAIN, which sbatch retries ("Slurm temporarily
+    # unable to accept job, sleeping and retrying") before it gives up with this strerror
+    "eagain": ("Resource temporarily unavailable", 503),
+    "invalid_nice": ("Invalid --nice value", 400),  # ESLURM_INVALID_NICE
+    "invalid_node_count": ("Node count specification invalid", 400),
+    "bad_task_count": ("Task count specification invalid", 400),
+    "invalid_cpu_count": ("CPU count specification invalid", 400),
+    "invalid_group": ("Invalid group id", 403),  # ESLURM_GROUP_ID_MISSING
+    "accounting_policy": ("Job violates accounting/QOS policy (job submit limit, user's "
+                          "size and/or time limits)", 400),
     "auth": ("Authentication failure", 401),
     "no_default_partition": ("No partition specified or system default partition", 400),
     "internal": ("Unexpected controller error", 500),

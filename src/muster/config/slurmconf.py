@@ -103,6 +103,13 @@ class NodeConf:
     mem_spec_limit: int = 0
     core_spec_count: int = 0
     cpu_spec_list: str | None = None
+    active_features: tuple[str, ...] | None = None  # ActiveFeatures=; None: = features
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        """The features jobs' ``--constraint`` is matched against (Slurm: ActiveFeatures,
+        which are the Features unless a node features plugin changes them)."""
+        return self.features if self.active_features is None else self.active_features
 
     def gres_count(self, name: str = "gpu") -> int:
         return sum(g.count for g in self.gres if g.name == name)
@@ -154,6 +161,9 @@ class PartitionConf:
     disable_root_jobs: bool = False
 
 
+DEFAULT_MAX_SCRIPT_SIZE = 4 * 1024 * 1024  # Slurm's DEFAULT_BATCH_SCRIPT_LIMIT
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterConfig:
     path: str
@@ -178,7 +188,7 @@ class ClusterConfig:
     select_type_parameters: tuple[str, ...] = ()
     scheduler_type: str = "sched/backfill"
     scheduler_parameters: dict[str, str] = field(default_factory=dict)
-    priority_type: str = "priority/basic"
+    priority_type: str = "priority/multifactor"  # Slurm 23.11's default
     priority_weight_age: int = 0
     priority_weight_assoc: int = 0
     priority_weight_fairshare: int = 0
@@ -272,6 +282,14 @@ class ClusterConfig:
     @property
     def conf_dir(self) -> str:
         return os.path.dirname(os.path.abspath(self.path))
+
+    @property
+    def max_script_size(self) -> int:
+        """Largest batch script the controller accepts, in bytes:
+        ``SchedulerParameters=max_script_size=N`` (validated by ``load``), else Slurm's
+        default of 4 MiB (DEFAULT_BATCH_SCRIPT_LIMIT)."""
+        v = self.scheduler_parameters.get("max_script_size")
+        return int(v) if v else DEFAULT_MAX_SCRIPT_SIZE
 
     @property
     def socket_path(self) -> str:
@@ -471,7 +489,8 @@ _NODE_KEYS = {
     for k in (
         "NodeName NodeHostname NodeAddr BcastAddr Port CPUs Procs Boards Sockets "
         "SocketsPerBoard CoresPerSocket ThreadsPerCore RealMemory TmpDisk Weight Gres "
-        "Feature Features State Reason MemSpecLimit CoreSpecCount CpuSpecList CpuBind "
+        "Feature Features AvailableFeatures ActiveFeatures State Reason MemSpecLimit "
+        "CoreSpecCount CpuSpecList CpuBind "
         "RestrictedCoresPerGPU Topology Parameters"
     ).split()
 }
@@ -664,6 +683,7 @@ class _Ctx:
 
 
 _UNLIMITED = {"UNLIMITED", "INFINITE", "INFINITY"}
+_FEATURE_OPS = set("&|*()[]! \t")  # --constraint operators: never part of a feature name
 
 
 def _p_int(ctx: _Ctx, key: str, value: str, minimum: int = 0) -> int:
@@ -862,8 +882,10 @@ def _canon_tokens(line: _Line, table: dict[str, str]) -> dict[str, _Val]:
     # aliases
     if "Procs" in out and "CPUs" not in out:
         out["CPUs"] = out.pop("Procs")
-    if "Feature" in out and "Features" not in out and table is _NODE_KEYS:
-        out["Features"] = out.pop("Feature")
+    if table is _NODE_KEYS:
+        for alias in ("Feature", "AvailableFeatures"):
+            if alias in out and "Features" not in out:
+                out["Features"] = out.pop(alias)
     if "Shared" in out and "OverSubscribe" not in out:
         out["OverSubscribe"] = out.pop("Shared")
     return out
@@ -976,6 +998,14 @@ def _build_nodes(
     weight = get_int("Weight", 0)
     weight = 1 if weight is None else weight
     features = _p_list(merged["Features"].value) if "Features" in merged else ()
+    active = _p_list(merged["ActiveFeatures"].value) if "ActiveFeatures" in merged else None
+    bad = [f for f in features if set(f) & _FEATURE_OPS]
+    if bad:
+        raise vctx("Features").bad("Features", merged["Features"].value,
+                                   "a feature name cannot contain any of & | * ( ) [ ] !")
+    if active is not None and not set(active) <= set(features):
+        raise vctx("ActiveFeatures").bad("ActiveFeatures", merged["ActiveFeatures"].value,
+                                         "must be a subset of Features")
     gres = _parse_node_gres(vctx("Gres"), merged["Gres"].value) if "Gres" in merged else []
     state = "UNKNOWN"
     if "State" in merged:
@@ -1006,6 +1036,7 @@ def _build_nodes(
                 tmp_disk=tmp_disk,
                 weight=weight,
                 features=features,
+                active_features=active,
                 gres=gres,
                 state=state,
                 reason=reason,
@@ -1251,6 +1282,19 @@ def _merge_gres(node: dict, glines: list[_GresLine]) -> tuple[GresConf, ...]:
 # load
 
 
+def _check_job_limits(path: str, gvals: dict) -> None:
+    """The limits every submission is checked against must be usable: MaxJobCount >= 1 (as
+    slurmctld, which refuses to start with "No jobs permitted"), max_script_size a byte
+    count >= 1."""
+    if gvals.get("max_job_count", 1) < 1:
+        raise ConfigError(f"{path}: MaxJobCount={gvals['max_job_count']}: no jobs permitted "
+                          "(must be >= 1)")
+    size = (gvals.get("scheduler_parameters") or {}).get("max_script_size")
+    if size is not None and (not size.isascii() or not size.isdigit() or int(size) < 1):
+        raise ConfigError(f"{path}: invalid SchedulerParameters max_script_size={size!r} "
+                          "(expected a byte count >= 1)")
+
+
 def load(path: str) -> ClusterConfig:
     """Read slurm.conf at *path* and gres.conf next to it (if present)."""
     path = os.fspath(path)
@@ -1343,6 +1387,7 @@ def load(path: str) -> ClusterConfig:
         gvals["cluster_name"] = cluster_name.lower()
     if not ctld_hosts:
         raise ConfigError(f"{path}: missing required parameter 'SlurmctldHost'")
+    _check_job_limits(path, gvals)
     gvals["slurmctld_host"] = ctld_hosts[0][0]
     gvals["slurmctld_addr"] = ctld_hosts[0][1] or ctld_addr or ctld_hosts[0][0]
     gvals["slurmctld_hosts"] = tuple(h for h, _ in ctld_hosts)

@@ -306,8 +306,8 @@ class Accounts:
         if needs_count and self.state is not None:
             keys = [a.key for a in chain]
             for j in self.state.jobs.values():
-                if j.state not in ("PENDING", "RUNNING"):
-                    continue
+                if j.state not in ("PENDING", "RUNNING") or (job.job_id and j.job_id == job.job_id):
+                    continue  # an updated job (re-validated with its id) is not counted twice
                 n = len(j.pending_tasks) if j.pending_tasks else 1
                 if j.user == job.user and j.qos == job.qos:
                     counts_q += n
@@ -320,7 +320,8 @@ class Accounts:
             msg = submit_check(
                 view, pviews[p], tres=tres, qos=qv, assocs=chain, user_jobs_in_qos=counts_q,
                 assoc_jobs=counts_a, enforce_part_limits=epl,
-                enforce=self.enforce if self.configured else self.enforce - {"associations"})
+                enforce=self.enforce if self.configured else self.enforce - {"associations"},
+                new_jobs=len(job.pending_tasks) if job.pending_tasks else 1)
             msgs.append(msg)
             if msg is None and epl != "ALL":
                 break

@@ -557,9 +557,6 @@ def sprio(ctl, msg, uid, gid):
     from muster.controller.scheduling import build_snapshot
     from muster.core import priority as pmod
     cfg = ctl.sched_cfg
-    raw = ctl.cfg.raw or {}
-    if not ("PriorityType" in raw and str(ctl.cfg.priority_type).endswith("basic")):
-        cfg = replace(cfg, priority_type="multifactor")
     if cfg.priority_type != "multifactor":
         raise RequestError("You are not running a supported priority plugin\n(priority/basic).\n"
                            "Only 'priority/multifactor' is supported.", "invalid_request")

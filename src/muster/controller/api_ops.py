@@ -7,11 +7,13 @@ built straight from the in-memory jobs and nodes, bounded reads, no third-party 
 Operations:
 
 ``token``       mint an HS256 JWT (``scontrol token``); key ``<StateSaveLocation>/jwt.key``
-``job_output``  tail of a job's StdOut/StdErr file, read by the controller, owner/operators only
-``events``      the audit trail (store table ``events``) filtered by job, node, time
+``job_output``  tail of a job's StdOut/StdErr file, read as the job's user, owner/operators only
+``events``      the audit trail (store table ``events``) filtered by job, node, time; other
+                users' jobs and tokens only for operators
 ``dash``        compact column-wise view of nodes (with per-GPU owners) and jobs, for the dashboard
 ``usage``       GPU-/CPU-hours by account over time buckets, from accounting
-``metrics``     aggregate counts for Prometheus (jobs, reasons, nodes, resources, RPCs, ...)
+``metrics``     aggregate counts for Prometheus (jobs, reasons, nodes, resources, RPCs, ...);
+                per-user job counts only for operators
 ``diag``        sdiag-style statistics
 
 Counters (RPC counts/latency, store commit latency) are module-level: one controller per
@@ -21,6 +23,7 @@ store (see docs/api.md for the two hook lines).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -29,6 +32,7 @@ import os
 import pwd
 import secrets
 import stat
+import sys
 import time
 
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
@@ -171,8 +175,8 @@ def token(ctl, msg, uid, gid):
                                "request a token for another user")
         try:
             pwd.getpwnam(user)
-        except KeyError:
-            raise RequestError(f"Invalid user: {user}", "invalid_user") from None
+        except (KeyError, ValueError):  # ValueError: a NUL in the name
+            raise RequestError(f"Invalid user: {user[:64]!r}", "invalid_user") from None
     key = load_or_create_jwt_key(jwt_key_path(ctl.cfg))
     t = int(time.time())
     tok = sign_hs256({"iat": t, "exp": t + lifespan, "sun": user}, key)
@@ -188,12 +192,14 @@ def _expand_node(path: str, job) -> str:
 
 
 @op("job_output")
-def job_output(ctl, msg, uid, gid):
+async def job_output(ctl, msg, uid, gid):
     """The last ``bytes`` bytes of a job's StdOut (``stream: "stderr"`` for StdErr).
 
-    Read by the controller (as root) but only for the job's owner or operators, and only
-    from a regular file owned by the job's user (opened without following a final symlink),
-    so a job whose ``--output`` names someone else's file cannot be used to read it."""
+    Only for the job's owner or operators, and read by a short-lived process running as the
+    job's user (``_read_tail``): the controller runs as root and never opens, follows or stats
+    the path itself, so an output path that leads (by a symlink anywhere on it) into places
+    the job's user cannot read yields nothing from there (docs/design.md, "Root and user
+    paths"). Everything the reply needs from the job is taken before the one await."""
     jid = _int(msg.get("job_id"))
     job = ctl.state.find(jid)
     if job is None:
@@ -217,30 +223,19 @@ def job_output(ctl, msg, uid, gid):
         return out
     path = _expand_node(pattern, job)
     out["path"] = path
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
-    except OSError as exc:
-        out["reason"] = f"cannot open output file: {exc.strerror}"
+    ident = _tail_identity(job)
+    if ident is None:
+        out["reason"] = "the controller cannot read files as the job's user"
         return out
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            out["reason"] = "output is not a regular file"
-            return out
-        if st.st_uid != job.uid:
-            out["reason"] = "output file is not owned by the job's user"
-            return out
-        size = st.st_size
-        start = max(0, size - want)
-        os.lseek(fd, start, os.SEEK_SET)
-        data = b""
-        while len(data) < size - start:
-            chunk = os.read(fd, size - start - len(data))
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
+    slots = getattr(ctl, "_tail_slots", None)
+    if slots is None:
+        slots = ctl._tail_slots = asyncio.Semaphore(TAIL_READERS)
+    async with slots:
+        reason, size, data = await _read_tail(path, want, ident)
+    if reason is not None:
+        out["reason"] = reason
+        return out
+    start = max(0, size - want)
     if start:
         nl = data.find(b"\n")
         if 0 <= nl < len(data) - 1:
@@ -250,16 +245,94 @@ def job_output(ctl, msg, uid, gid):
     return out
 
 
+# The reader of job_output, run as the job's user (``python -I -S``: stdlib only, nothing from
+# the user's environment, site or working directory). Opened without blocking (a FIFO) and
+# without becoming a controlling tty; only a regular file is read. It prints "E <reason>", or
+# "D <size>\n" and the bytes from max(0, size - want).
+_TAIL_CODE = """\
+import os, stat, sys
+path, want = sys.argv[1], int(sys.argv[2])
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    st = os.fstat(fd)
+except OSError as exc:
+    sys.stdout.write("E cannot open output file: " + (exc.strerror or "error"))
+    raise SystemExit
+if not stat.S_ISREG(st.st_mode):
+    sys.stdout.write("E output is not a regular file")
+    raise SystemExit
+start = max(0, st.st_size - want)
+data = b""
+while start + len(data) < st.st_size:
+    chunk = os.pread(fd, st.st_size - start - len(data), start + len(data))
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.buffer.write(b"D %d\\n" % st.st_size + data)
+"""
+TAIL_READERS = 4      # readers at a time: each is a process (~15 ms of CPU)
+TAIL_TIMEOUT = 5.0    # seconds before a reader stuck on the user's file (FUSE, NFS) is killed
+
+
+def _tail_identity(job) -> dict | None:
+    """Popen keywords that run the reader as the job's user ({} when we already are that
+    user); None when this controller cannot switch to it (not root)."""
+    me = os.geteuid()
+    if me == job.uid:
+        return {}
+    if me != 0:
+        return None
+    return {"user": job.uid, "group": job.gid, "extra_groups": list(job.groups or (job.gid,))}
+
+
+async def _read_tail(path: str, want: int, ident: dict) -> tuple[str | None, int, bytes]:
+    """(reason, 0, b"") or (None, size, the bytes from max(0, size - want)) of ``path``, read
+    by ``_TAIL_CODE`` as the job's user; the loop keeps serving meanwhile."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-I", "-S", "-c", _TAIL_CODE, path, str(want),
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL, cwd="/", env={"LC_ALL": "C"}, **ident)
+    except OSError as exc:
+        return f"cannot read output file: {exc.strerror or exc}", 0, b""
+    try:
+        raw, _ = await asyncio.wait_for(proc.communicate(), TAIL_TIMEOUT)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return "output file could not be read in time", 0, b""
+    if raw.startswith(b"E "):
+        return raw[2:].decode("utf-8", "replace"), 0, b""
+    head, _, data = raw.partition(b"\n")
+    if proc.returncode != 0 or not head.startswith(b"D ") or not head[2:].isdigit():
+        return "output file could not be read", 0, b""
+    return None, int(head[2:]), data
+
+
 # ---- events ----------------------------------------------------------------------------------
 
 @op("events")
 def events(ctl, msg, uid, gid):
     """Audit trail: ``job_id``, ``node``, ``event``, ``since`` (epoch), ``before_id``
-    (paging), ``limit`` (≤ 5000, newest first)."""
+    (paging), ``limit`` (≤ 5000, newest first).
+
+    Least exposure: operators see every event. Anyone else sees the events of their own jobs
+    and of nodes (what ``sinfo -R`` shows everyone) but not other users' jobs, token grants or
+    accounting changes; naming another user's job is "Access/permission denied"."""
     where, args = [], []
+    admin = ctl.is_admin(uid)
     if msg.get("job_id") is not None:
+        jid = _int(msg["job_id"])
+        if not admin:
+            job = ctl.state.find(jid)
+            if job is not None and job.uid != uid:
+                raise AccessDenied()
         where.append("job_id=?")
-        args.append(_int(msg["job_id"]))
+        args.append(jid)
+    if not admin:
+        where.append("(job_id IN (SELECT job_id FROM jobs WHERE uid=?) OR "
+                     "(job_id IS NULL AND node IS NOT NULL))")
+        args.append(uid)
     for key in ("node", "event"):
         v = msg.get(key)
         if v is not None:
@@ -273,7 +346,9 @@ def events(ctl, msg, uid, gid):
     if msg.get("before_id") is not None:
         where.append("id<?")
         args.append(_int(msg["before_id"], "event id"))
-    limit = msg.get("limit", 500)
+    limit = msg.get("limit")
+    if limit is None:
+        limit = 500
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= 5000:
         raise RequestError("limit must be 1 to 5000", "invalid_request")
     sql = "SELECT id, time, job_id, node, event, detail FROM events"
@@ -362,7 +437,9 @@ def usage(ctl, msg, uid, gid):
     """GPU-hours and CPU-hours by account in time buckets, from accounting (all jobs the
     store knows that ran in the window)."""
     t = now()
-    hours = msg.get("hours", 24)
+    hours = msg.get("hours")
+    if hours is None:
+        hours = 24
     bucket = msg.get("bucket")
     if isinstance(hours, bool) or not isinstance(hours, int) or not 0 < hours <= 24 * 366:
         raise RequestError("hours must be 1 to 8784", "invalid_request")
@@ -405,15 +482,23 @@ def usage(ctl, msg, uid, gid):
 
 @op("metrics")
 def metrics(ctl, msg, uid, gid):
+    """Aggregate counts for Prometheus. ``jobs`` is by (state, partition); ``jobs_by_user``
+    (who runs what) only for operators, and only when ``detail`` is not false (musterrestd
+    asks without detail for unauthenticated scrapes, which it makes as root)."""
     st = ctl.state
     t = now()
+    detail = msg.get("detail") is not False and ctl.is_admin(uid)
     jobs: dict[tuple, int] = {}
+    by_user: dict[tuple, int] = {}
     reasons: dict[tuple, int] = {}
     pending = 0
     for j in st.jobs.values():
         s = _job_state(j)
-        k = (s, j.partition, j.user)
+        k = (s, j.partition)
         jobs[k] = jobs.get(k, 0) + 1
+        if detail:
+            ku = (s, j.partition, j.user)
+            by_user[ku] = by_user.get(ku, 0) + 1
         if j.state == PENDING:
             pending += 1
             rk = (j.reason or "None", j.partition)
@@ -444,7 +529,9 @@ def metrics(ctl, msg, uid, gid):
     _update_event_totals(ctl)
     return {
         "now": t, "cluster": ctl.cfg.cluster_name,
-        "jobs": [[s, p, u, c] for (s, p, u), c in sorted(jobs.items())],
+        "jobs": [[s, p, c] for (s, p), c in sorted(jobs.items())],
+        "jobs_by_user": [[s, p, u, c] for (s, p, u), c in sorted(by_user.items())] if detail
+        else None,
         "pending_reasons": [[r, p, c] for (r, p), c in sorted(reasons.items())],
         "nodes": node_states, "resources": res, "heartbeat_age": hb,
         "scheduler": {"cycles": ctl.stats.get("cycles", 0),

@@ -4,25 +4,153 @@ ClusterState (committing before it returns) and answers with a plain dict.
 Authorization rule (ARCHITECTURE §4): users act on their own jobs; root, the cluster owner
 and configured operators (MusterOperators) act on all; node and partition changes are for
 operators only.
+
+Invariants every handler keeps:
+
+* **Types first.** ``REQUEST_FIELDS`` declares the JSON type of every top-level field each
+  operation reads (nested objects too); ``op`` checks them before the handler runs, so a wrong
+  type is an ``invalid_request`` naming the field, never an exception deep in a handler (which
+  the dispatcher could only answer as "internal").
+* **A refused request changes nothing.** Handlers that act on several jobs resolve, authorize
+  and check all of them before they change any (a pending array index is split off its array
+  only then), because a refusal rolls back the store but cannot roll back memory.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
 import signal as _signal
+import time
+import weakref
 
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.controller.scheduling import FitChecker
 from muster.controller.state import identity, now
-from muster.controller.submit import build_job, expand_io_paths
+from muster.controller.submit import build_job, check_types, expand_io_paths, submit_ids
 from muster.lifecycle import job as lifecycle
 from muster.model.job import CANCELLED, PENDING, PUBLIC_NAMES, RUNNING, Job
 
+log = logging.getLogger("musterctld")
+
 OPS = {}
+
+# ---- request field types -----------------------------------------------------------------
+# A spec is a (description, predicate) pair, a dict (an object whose listed keys have those
+# specs; other keys are ignored) or a one-element list (a list of that spec). ``None`` stands
+# for an absent field everywhere except inside lists.
+
+MAX_LIST = 100_000
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+INT = ("an integer", lambda v: _is_int(v) and -2**63 <= v < 2**63)  # SQLite's INTEGER
+ID = ("a non-negative integer", lambda v: _is_int(v) and 0 <= v <= 2**53)
+NUM = ("a number", lambda v: (_is_int(v) or isinstance(v, float)) and abs(v) <= 2**53)
+STR = ("a string", lambda v: isinstance(v, str))
+BOOL = ("true or false", lambda v: isinstance(v, bool))
+OBJ = ("an object", lambda v: isinstance(v, dict))
+PORT = ("a port number", lambda v: _is_int(v) and 0 < v < 65536)
+MODE = ("a file mode", lambda v: _is_int(v) and 0 <= v <= 0o7777)
+STDIN = ("'all', 'none' or a task id",
+         lambda v: v in ("all", "none") or (_is_int(v) and 0 <= v < 2**32))
+
+JOB_REF = {"job_id": ID, "task": ID}
+FILTERS = {"uid": INT, "name": STR, "partition": STR, "account": STR, "qos": STR,
+           "states": [STR], "nodes": [STR]}
+STEP = {"argv": [STR], "env": OBJ, "name": STR, "cwd": STR, "io_port": PORT,
+        "stdin_target": STDIN, "output": STR, "error": STR, "input": STR, "open_mode": STR,
+        "umask": MODE, "distribution": STR, "label": BOOL, "overlap": BOOL,
+        "gpus_explicit": BOOL, "nodelist": STR, "exclude": STR, "srun_pid": ID, "srun_host": STR,
+        "gpu_bind": STR}
+RESV = {"name": STR, "users": [STR], "accounts": [STR], "flags": [STR], "nodes": [STR],
+        "partition": STR, "start": INT, "end": INT, "duration": INT, "node_cnt": INT,
+        "tres": OBJ}
+
+REQUEST_FIELDS: dict[str, dict] = {
+    "ping": {}, "nodes": {}, "config": {}, "dash": {}, "diag": {}, "sprio": {}, "sshare": {},
+    "submit": {"job": OBJ, "script": STR, "env": OBJ},
+    "allocate": {"job": OBJ, "lease": BOOL},
+    "jobs": {"job_ids": [ID], "uids": [INT], "states": [STR], "fields": [STR], "rows": BOOL,
+             "events": BOOL},
+    "partitions": {"name": STR},
+    "acct": {"job_ids": [ID], "uids": [INT], "all_users": BOOL, "start": INT, "end": INT,
+             "duplicates": BOOL},
+    "cancel": {"jobs": [JOB_REF], "filters": FILTERS, "signal": INT, "scope": STR},
+    "hold": {"jobs": [JOB_REF], "user_hold": BOOL},
+    "release": {"jobs": [JOB_REF]},
+    "requeue": {"jobs": [JOB_REF], "hold": BOOL},
+    "update_job": {"jobs": [JOB_REF], "changes": OBJ},
+    "update_node": {"nodes": [STR], "state": STR, "reason": STR},
+    "wait_alloc": {"job_id": ID, "timeout": NUM},
+    "release_alloc": {"job_id": ID, "exit_code": INT, "signal": INT},
+    "step_create": {"job_id": ID, "step": STEP},
+    "step_signal": {"job_id": ID, "signal": INT, "step_id": ID},
+    "step_status": {"job_id": ID, "step_id": ID},
+    "steps": {"job_ids": [ID]},
+    "token": {"lifespan": INT, "username": STR},
+    "job_output": {"job_id": ID, "bytes": INT, "stream": STR},
+    "events": {"job_id": ID, "node": STR, "event": STR, "since": ID, "before_id": ID,
+               "limit": INT},
+    "usage": {"hours": INT, "bucket": INT},
+    "metrics": {"detail": BOOL},
+    "sacctmgr": {"action": STR, "entity": STR, "names": [STR], "where": [[STR]], "set": [[STR]]},
+    "reservations": {"name": STR},
+    "resv_create": {"spec": RESV},
+    "resv_update": {"spec": RESV},
+    "resv_delete": {"name": STR},
+}
+
+
+def check_fields(msg: dict, spec: dict, path: str = "") -> None:
+    """Raise ``invalid_request`` naming the first field of ``msg`` whose type is not the one
+    ``spec`` declares (see REQUEST_FIELDS)."""
+    for key, sub in spec.items():
+        v = msg.get(key)
+        if v is not None:
+            _check_value(v, sub, f"{path}{key}")
+
+
+def _check_value(v, spec, path: str) -> None:
+    if isinstance(spec, dict):
+        if not isinstance(v, dict):
+            raise _type_error(path, "an object")
+        check_fields(v, spec, path + ".")
+    elif isinstance(spec, list):
+        if not isinstance(v, list) or len(v) > MAX_LIST:
+            raise _type_error(path, f"a list (of at most {MAX_LIST} items)")
+        for i, item in enumerate(v):
+            if item is None:
+                raise _type_error(f"{path}[{i}]", "a value, not null")
+            _check_value(item, spec[0], f"{path}[{i}]")
+    elif not spec[1](v):
+        raise _type_error(path, spec[0])
+
+
+def _type_error(path: str, what: str) -> RequestError:
+    return RequestError(f"Invalid request: {path[:64]} must be {what}", "invalid_request")
 
 
 def op(name):
+    """Register ``fn`` as operation ``name``, behind the field check of REQUEST_FIELDS."""
+    spec = REQUEST_FIELDS[name]
+
     def deco(fn):
-        OPS[name] = fn
+        if asyncio.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def checked(ctl, msg, uid, gid):
+                check_fields(msg, spec)
+                return await fn(ctl, msg, uid, gid)
+        else:
+            @functools.wraps(fn)
+            def checked(ctl, msg, uid, gid):
+                check_fields(msg, spec)
+                return fn(ctl, msg, uid, gid)
+        OPS[name] = checked
         return fn
     return deco
 
@@ -40,26 +168,83 @@ def ping(ctl, msg, uid, gid):
             "nodes_up": sum(1 for n in ctl.state.nodes.values() if n.connected)}
 
 
+def _new_job(ctl, req: dict, uid: int, gid: int, *, script, env, batch: bool) -> Job:
+    """Validate, authorize and admit a new job (not stored yet): an explicit priority and a
+    negative nice are for operators, another uid/gid for root and SlurmUser, and the job
+    must fit under MaxJobCount."""
+    st = ctl.state
+    admin = ctl.is_admin(uid)
+    prio = req.get("priority")
+    if prio is not None and not admin:
+        raise AccessDenied()
+    if prio is not None and not (_is_int(prio) and 0 <= prio < 2**32):
+        raise RequestError(f"Invalid priority value: {prio!r}"[:80], "invalid_request")
+    check_types(req)
+    job_uid, job_gid = submit_ids(req, uid, gid, superuser=uid in (0, ctl.owner_uid))
+    job = build_job(req, script, env, ident=identity(job_uid, job_gid), cluster=ctl.cfg,
+                    now=now(), accounts=st.accounts, qos_names=st.qos_names,
+                    fits_ever=FitChecker(st), job_lookup=st.find, batch=batch,
+                    privileged=admin)
+    if prio is not None:
+        job.priority = prio
+    admit(ctl, job)
+    return job
+
+
+_FULL_LOGGED = {"at": 0.0}
+# Per ClusterState: ids of array masters that may still hold unsplit pending indices. Only a
+# submit makes one (and a restart, found by one scan), and once split or purged a master never
+# holds pending indices again, so counting jobs costs O(arrays), not O(jobs), per submit.
+_MASTERS: "weakref.WeakKeyDictionary[object, set[int]]" = weakref.WeakKeyDictionary()
+
+
+def _array_masters(st) -> set[int]:
+    got = _MASTERS.get(st)
+    if got is None:
+        got = _MASTERS[st] = {j.job_id for j in st.jobs.values() if j.pending_tasks}
+    return got
+
+
+def job_count(st) -> int:
+    """slurmctld's job_count: every job record in memory (pending, running, and finished
+    ones until MinJobAge purges them), an array's unsplit pending indices counted one each."""
+    masters = _array_masters(st)
+    extra = 0
+    for jid in list(masters):
+        j = st.jobs.get(jid)
+        if j is None or not j.pending_tasks:
+            masters.discard(jid)
+            continue
+        extra += len(j.pending_tasks) - 1
+    return len(st.jobs) + extra
+
+
+def admit(ctl, job: Job) -> None:
+    """MaxJobCount: refuse (EAGAIN, which sbatch retries) a job that would take the jobs in
+    memory past the limit. Finished jobs count until purged, as in Slurm, so a full queue of
+    short jobs frees up MinJobAge after they end."""
+    limit = ctl.cfg.max_job_count
+    new = len(job.pending_tasks) if job.pending_tasks else 1
+    if job_count(ctl.state) + new <= limit:
+        return
+    t = time.monotonic()
+    if t - _FULL_LOGGED["at"] > 60:  # one line a minute, however hard clients retry
+        _FULL_LOGGED["at"] = t
+        log.warning("MaxJobCount limit from slurm.conf reached (%d): refusing new jobs", limit)
+    raise RequestError(None, "eagain")
+
+
 @op("submit")
 def submit(ctl, msg, uid, gid):
-    req = msg.get("job")
     st = ctl.state
-    ident = identity(uid)
-    if req is not None and not isinstance(req, dict):
-        raise RequestError("job description must be an object", "invalid_request")
-    req = req or {}
-    if req.get("priority") is not None and not ctl.is_admin(uid):
-        raise AccessDenied()
-    job = build_job(req, msg.get("script"), msg.get("env") or {}, ident=ident, cluster=ctl.cfg,
-                    now=now(), accounts=st.accounts, qos_names=st.qos_names,
-                    fits_ever=FitChecker(st), job_lookup=st.find)
-    if req.get("priority") is not None:
-        job.priority = req["priority"]
+    job = _new_job(ctl, msg.get("job") or {}, uid, gid, script=msg.get("script"),
+                   env=msg.get("env") or {}, batch=True)
     with st.store.transaction():
         job.job_id = st.take_job_id()
         job.script_id = job.job_id
         if job.pending_tasks:
             job.array_job_id = job.job_id
+            _array_masters(st).add(job.job_id)
         expand_io_paths(job)
         st.store.put_script(job.job_id, msg["script"], msg.get("env") or {})
         st.jobs[job.job_id] = job
@@ -130,7 +315,8 @@ def jobs(ctl, msg, uid, gid):
         found = [ctl.state.find(i) for i in msg["job_ids"]]
         if not any(found):
             raise InvalidJobId()
-    if msg.get("events") and len(recs) == 1:
+    if msg.get("events") and len(recs) == 1 and (recs[0]["uid"] == uid or ctl.is_admin(uid)):
+        # a job's audit trail is its owner's and the operators' (as the events op)
         recs[0]["events"] = ctl.state.store.events_of(recs[0]["job_id"])
     return {"jobs": recs, "now": now()}
 
@@ -221,41 +407,55 @@ def _step_order(step: dict):
 
 # ---- job control ---------------------------------------------------------------------------
 
-def _targets(ctl, msg, uid) -> list[Job]:
-    """Jobs named by ``job_ids`` (with optional ``task`` per id as "A_T") or by filters."""
+def _refs(ctl, msg) -> list[tuple[Job, int | None]]:
+    """The jobs named by ``jobs`` (``{"job_id", "task"}`` each), changing nothing: a pair
+    ``(job, None)`` is that job, ``(master, task)`` a pending index of an array still inside
+    its master. An unknown id raises InvalidJobId before anything is touched."""
     st = ctl.state
-    out = []
-    specs = msg.get("jobs")
-    if specs is not None:
-        if not isinstance(specs, list) or len(specs) > 100000:
-            raise RequestError("jobs must be a list", "invalid_request")
-        for spec in specs:
-            if not isinstance(spec, dict):
-                raise RequestError("bad job reference", "invalid_request")
-            jid = _int(spec.get("job_id"))
-            task = spec.get("task")
-            found = _resolve(st, jid, task)
-            if not found:
-                raise InvalidJobId(f"Invalid job id {jid}{'_' + str(task) if task is not None else ''}")
-            out.extend(found)
-    return out
+    out: dict[tuple[int, int | None], tuple[Job, int | None]] = {}
+    for spec in msg.get("jobs") or []:
+        jid, task = spec.get("job_id"), spec.get("task")
+        if jid is None:
+            raise RequestError("Invalid request: a job reference needs a job_id", "invalid_request")
+        found = _resolve(st, jid, task)
+        if not found:
+            raise InvalidJobId(f"Invalid job id {jid}{'_' + str(task) if task is not None else ''}")
+        for job, t in found:
+            out.setdefault((job.job_id, t), (job, t))
+    return list(out.values())
 
 
-def _resolve(st, jid: int, task) -> list[Job]:
+def _resolve(st, jid: int, task: int | None) -> list[tuple[Job, int | None]]:
     if task is not None:
-        _int(task, "array index")
         for j in st.jobs.values():
             if j.array_job_id == jid and j.array_task_id == task:
-                return [j]
+                return [(j, None)]
         master = st.jobs.get(jid)
         if master is not None and master.pending_tasks and task in master.pending_tasks:
-            return [_split_pending(st, master, task)]
+            return [(master, task)]
         return []
     job = st.jobs.get(jid)
     members = [j for j in st.jobs.values() if j.array_job_id == jid and j is not job]
-    if job is None and not members:
-        return []
-    return ([job] if job else []) + members
+    return [(j, None) for j in ([job] if job else []) + members]
+
+
+def _ref_id(job: Job, task: int | None) -> str:
+    return job.display_id if task is None else f"{job.array_job_id or job.job_id}_{task}"
+
+
+def _materialize(st, refs: list[tuple[Job, int | None]]) -> list[Job]:
+    """The jobs to act on, once the request is known to be allowed: each pending index
+    named on its own is split off its array first (Slurm gives it its own record)."""
+    return [job if task is None else _split_pending(st, job, task) for job, task in refs]
+
+
+def _prepare(ctl, msg, check) -> list[Job]:
+    """Resolve the request's jobs, run ``check(job)`` on every one (it raises to refuse the
+    whole request, before any job changed), then materialize them."""
+    refs = _refs(ctl, msg)
+    for job, _task in refs:
+        check(job)
+    return _materialize(ctl.state, refs)
 
 
 def _split_pending(st, master: Job, task: int) -> Job:
@@ -284,28 +484,43 @@ def _authorize(ctl, job: Job, uid: int) -> None:
         raise AccessDenied()
 
 
+def _not_done(job: Job) -> None:
+    if job.terminal:
+        raise RequestError(None, "already_done")
+
+
 @op("cancel")
 def cancel(ctl, msg, uid, gid):
     """Cancel or signal. ``signal``: None = cancel; else a signal number.
-    ``scope``: ``all`` (cancel default), ``batch`` (-b), ``full`` (-f), ``steps`` (-s default)."""
+    ``scope``: ``all`` (cancel default), ``batch`` (-b), ``full`` (-f), ``steps`` (-s default).
+    Jobs the caller may not touch are reported in ``errors`` (as scancel prints them); an
+    unknown job id refuses the whole request."""
     st = ctl.state
     sig = msg.get("signal")
-    if sig is not None and (isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65):
+    if sig is not None and not 0 < sig < 65:
         raise RequestError("Invalid signal", "invalid_request")
     scope = msg.get("scope") or ("all" if sig is None else "steps")
     if scope not in ("all", "batch", "full", "steps"):
         raise RequestError("Invalid scope", "invalid_request")
     with st.store.transaction():
-        targets = _targets(ctl, msg, uid)
-        targets += _filtered(ctl, msg, uid)
         errors = []
-        done = []
-        for job in targets:
+        allowed = []
+        for job, task in _refs(ctl, msg):
+            if job.uid != uid and not ctl.is_admin(uid):
+                exc = AccessDenied()
+                errors.append({"job": _ref_id(job, task), "code": exc.code, "error": exc.message})
+            else:
+                allowed.append((job, task))
+        targets = _materialize(st, allowed)
+        for job in _filtered(ctl, msg):
             try:
                 _authorize(ctl, job, uid)
             except AccessDenied as exc:
                 errors.append({"job": job.display_id, "code": exc.code, "error": exc.message})
                 continue
+            targets.append(job)
+        done = []
+        for job in dict.fromkeys(targets):
             if job.terminal and not job.completing:
                 if msg.get("jobs") is not None and sig is not None:
                     errors.append({"job": job.display_id, "code": "already_done",
@@ -314,9 +529,7 @@ def cancel(ctl, msg, uid, gid):
             if sig is None or (sig == _signal.SIGKILL and scope == "all"):
                 _cancel_one(ctl, job, uid)
             elif job.state == RUNNING:
-                ctl.send_to_node(job.batch_host, {"op": "signal", "job_id": job.job_id,
-                                                  "run": job.restarts, "signal": sig,
-                                                  "scope": scope})
+                ctl.steps.signal_job(job, sig, scope)  # steps / batch shell / both (steps.py)
             elif job.state == PENDING and msg.get("jobs") is not None:
                 errors.append({"job": job.display_id, "code": "job_pending",
                                "error": "Job is pending execution"})
@@ -338,12 +551,15 @@ def _cancel_one(ctl, job: Job, uid: int) -> None:
         st.event(job, "cancelled", f"by uid {uid}")
 
 
-def _filtered(ctl, msg, uid) -> list[Job]:
+def _filtered(ctl, msg) -> list[Job]:
+    """Unfinished jobs matching every filter (scancel -u/-n/-p/-A/-q/-t/-w), and the named
+    jobs when both are given."""
     f = msg.get("filters")
     if not f:
         return []
-    if not isinstance(f, dict):
-        raise RequestError("filters must be an object", "invalid_request")
+    ids = {s.get("job_id") for s in msg["jobs"]} if msg.get("jobs") is not None else None
+    states = set(f.get("states") or ())
+    nodes = set(f.get("nodes") or ())
     out = []
     for j in ctl.state.jobs.values():
         if j.terminal:
@@ -358,14 +574,12 @@ def _filtered(ctl, msg, uid) -> list[Job]:
             continue
         if f.get("qos") and j.qos != f["qos"]:
             continue
-        if f.get("states") and j.state not in f["states"]:
+        if states and j.state not in states:
             continue
-        if f.get("nodes") and not (set(f["nodes"]) & {a["node"] for a in j.alloc}):
+        if nodes and not (nodes & {a["node"] for a in j.alloc}):
             continue
-        if msg.get("jobs") is not None:
-            ids = {s["job_id"] for s in msg["jobs"]}
-            if j.job_id not in ids and j.array_job_id not in ids:
-                continue
+        if ids is not None and j.job_id not in ids and j.array_job_id not in ids:
+            continue
         out.append(j)
     return out
 
@@ -373,11 +587,12 @@ def _filtered(ctl, msg, uid) -> list[Job]:
 @op("hold")
 def hold(ctl, msg, uid, gid):
     admin = ctl.is_admin(uid) and not msg.get("user_hold")
+
+    def check(job):
+        _authorize(ctl, job, uid)
+        _not_done(job)
     with ctl.state.store.transaction():
-        for job in _targets(ctl, msg, uid):
-            _authorize(ctl, job, uid)
-            if job.terminal:
-                raise RequestError(None, "already_done")
+        for job in _prepare(ctl, msg, check):
             lifecycle.hold(job, admin=admin)
             ctl.state.save(job)
             ctl.state.event(job, "held", f"by uid {uid}")
@@ -386,13 +601,13 @@ def hold(ctl, msg, uid, gid):
 
 @op("release")
 def release(ctl, msg, uid, gid):
+    def check(job):
+        _authorize(ctl, job, uid)
+        if job.hold == "admin" and not ctl.is_admin(uid):
+            raise AccessDenied()
+        _not_done(job)
     with ctl.state.store.transaction():
-        for job in _targets(ctl, msg, uid):
-            _authorize(ctl, job, uid)
-            if job.hold == "admin" and not ctl.is_admin(uid):
-                raise AccessDenied()
-            if job.terminal:
-                raise RequestError(None, "already_done")
+        for job in _prepare(ctl, msg, check):
             lifecycle.release(job, base_priority=1)
             ctl.state.save(job)
             ctl.state.event(job, "released", f"by uid {uid}")
@@ -404,23 +619,26 @@ def release(ctl, msg, uid, gid):
 def requeue(ctl, msg, uid, gid):
     hold_after = bool(msg.get("hold"))
     st = ctl.state
+
+    def check(job):
+        _authorize(ctl, job, uid)
+        if not job.batch:
+            raise RequestError(None, "not_batch")
+        if not job.requeue:
+            raise RequestError(None, "requeue_disabled")
+        if job.state == PENDING and not hold_after:
+            raise RequestError(None, "job_pending")
     with st.store.transaction():
-        for job in _targets(ctl, msg, uid):
-            _authorize(ctl, job, uid)
-            if not job.batch:
-                raise RequestError(None, "not_batch")
-            if not job.requeue:
-                raise RequestError(None, "requeue_disabled")
+        for job in _prepare(ctl, msg, check):
             if job.state == PENDING:
-                if hold_after:
-                    lifecycle.hold(job, admin=False)
-                    st.save(job)
-                    continue
-                raise RequestError(None, "job_pending")
-            if job.state == RUNNING:
+                lifecycle.hold(job, admin=False)
+                st.save(job)
+            elif job.state == RUNNING:
                 job.requeue_pending = True
                 job.requeue_hold = hold_after
-                ctl.kill_running(job, final_state=CANCELLED, by_uid=uid, why="requeue")
+                # REQUEUED, not CANCELLED, while its processes end: tools that poll sacct
+                # (submitit) must not take a job being requeued for a finished one
+                ctl.kill_running(job, final_state="REQUEUED", by_uid=uid, why="requeue")
                 st.event(job, "requeue_requested", f"by uid {uid}")
             elif job.terminal and not job.completing:
                 prev = lifecycle.requeue(job, now=now(), delay=ctl.requeue_delay, hold=hold_after,
@@ -437,86 +655,64 @@ def requeue(ctl, msg, uid, gid):
     return {}
 
 
-_USER_FIELDS = {"timelimit", "nice", "jobname", "name", "comment", "dependency", "partition",
-                "priority", "excnodelist", "reqnodelist", "account", "qos", "numnodes", "starttime",
-                "arraytaskthrottle", "requeue"}
-
-
 @op("update_job")
 def update_job(ctl, msg, uid, gid):
-    from muster.common.timefmt import parse_time_limit
-    changes = msg.get("changes")
-    if not isinstance(changes, dict) or not changes:
-        raise RequestError("No changes specified", "invalid_request")
-    st = ctl.state
+    """scontrol update job (rules and invariants: muster.controller.jobupdate). Every change
+    is parsed and every job planned before any job changes, so a refusal leaves all of them
+    as they were. Another user's job is "Access/permission denied", as for every other job
+    action here (slurmctld 22.05 answers "Invalid user id" for this one). An array id
+    names its pending tasks and the tasks still running: a change only pending jobs take is
+    made to the pending ones, and each running task is reported in ``errors`` with Slurm's
+    message (as Slurm reports a job array's tasks one by one)."""
+    from muster.controller import jobupdate
+    t = now()
+    changes = jobupdate.parse_changes(msg.get("changes"), t)
+    if not msg.get("jobs"):
+        raise RequestError("No job id specified", "invalid_request")
     admin = ctl.is_admin(uid)
+    st = ctl.state
+    plans, errors = [], []
+    for job, task, whole in _update_targets(ctl, msg):
+        if job.uid != uid and not admin:
+            raise AccessDenied()
+        if whole and job.terminal:
+            continue
+        try:
+            _not_done(job)
+            plans.append((job, task, jobupdate.plan(ctl, job, changes, admin, t)))
+        except RequestError as exc:
+            if not whole or exc.code not in jobupdate.STATE_CODES:
+                raise
+            errors.append({"job": _ref_id(job, task), "code": exc.code, "error": exc.message})
+    if not plans:
+        raise RequestError(errors[0]["error"], errors[0]["code"]) if errors else \
+            RequestError(None, "already_done")
+    detail = jobupdate.event_detail(uid, changes)
     with st.store.transaction():
-        for job in _targets(ctl, msg, uid):
-            _authorize(ctl, job, uid)
-            if job.terminal:
-                raise RequestError(None, "already_done")
-            for key, value in changes.items():
-                k = key.lower()
-                if k not in _USER_FIELDS:
-                    raise RequestError(f"Update of {key} is not supported", "invalid_request")
-                if not isinstance(value, str):
-                    raise RequestError(f"Invalid value for {key}", "invalid_request")
-                if k == "timelimit":
-                    try:
-                        mins = parse_time_limit(value)
-                    except Exception:
-                        raise RequestError(None, "invalid_time_limit") from None
-                    old = job.time_limit
-                    if not admin and (mins is None or (old is not None and mins > old)):
-                        raise AccessDenied()
-                    job.time_limit = mins
-                    job.timelimit_from_partition = False
-                    if job.state == RUNNING:
-                        job.end_time = None if mins is None else job.start_time + 60 * mins
-                        ctl.send_to_node(job.batch_host, {"op": "update_limit", "job_id": job.job_id,
-                                                          "run": job.restarts,
-                                                          "time_limit_s": None if mins is None else 60 * mins})
-                elif k == "nice":
-                    n = _parse_int(value, key)
-                    if n < 0 and not admin:
-                        raise AccessDenied()
-                    job.nice = n
-                elif k == "priority":
-                    if not admin:
-                        raise AccessDenied()
-                    p = _parse_int(value, key)
-                    job.priority = p
-                    if p == 0:
-                        lifecycle.hold(job, admin=True)
-                    elif job.hold:
-                        job.hold = None
-                        job.reason = "None"
-                elif k in ("jobname", "name"):
-                    job.name = value[:1024]
-                elif k == "comment":
-                    job.comment = value[:4096]
-                elif k == "numnodes":
-                    if job.state != PENDING:
-                        raise RequestError(None, "job_pending")
-                    lo, _, hi = value.partition("-")
-                    job.nodes_min = _parse_int(lo, key)
-                    job.nodes_max = _parse_int(hi, key) if hi else None
-                    job.num_nodes = job.nodes_min
-                elif k == "requeue":
-                    job.requeue = value not in ("0", "no", "false")
-                else:
-                    raise RequestError(f"Update of {key} is not supported yet", "invalid_request")
-            st.save(job)
-            st.event(job, "updated", f"by uid {uid}: {', '.join(changes)}")
+        for job, task, plan in plans:
+            target = job if task is None else _split_pending(st, job, task)
+            plan.apply(target)
+            st.save(target)
+            st.event(target, "updated", detail)
     ctl.request_schedule()
-    return {}
+    return {"errors": errors}
 
 
-def _parse_int(value: str, key: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise RequestError(f"Invalid value for {key}: {value}", "invalid_request") from None
+def _update_targets(ctl, msg) -> list[tuple[Job, int | None, bool]]:
+    """(job, pending index or None, named as a whole array) for each job the request names,
+    each once; an unknown id raises InvalidJobId before anything is touched."""
+    out: dict = {}
+    for spec in msg["jobs"]:
+        jid, task = spec.get("job_id"), spec.get("task")
+        if jid is None:
+            raise RequestError("Invalid request: a job reference needs a job_id", "invalid_request")
+        found = _resolve(ctl.state, jid, task)
+        if not found:
+            raise InvalidJobId(f"Invalid job id {jid}{'_' + str(task) if task is not None else ''}")
+        whole = task is None and any(j.array_job_id == jid for j, _t in found)
+        for job, t in found:
+            out.setdefault((job.job_id, t), (job, t, whole))
+    return list(out.values())
 
 
 @op("update_node")
@@ -526,16 +722,18 @@ def update_node(ctl, msg, uid, gid):
     names = msg.get("nodes")
     state = (msg.get("state") or "").upper()
     reason = msg.get("reason")
-    if not isinstance(names, list) or not names:
+    if not names:
         raise RequestError(None, "invalid_nodelist")
     for n in names:
         if n not in ctl.state.nodes:
-            raise RequestError(f"Invalid node name specified: {n}", "invalid_nodelist")
+            raise RequestError(f"Invalid node name specified: {n[:64]}", "invalid_nodelist")
     if state not in ("DRAIN", "RESUME", "UNDRAIN", "DOWN", "IDLE"):
-        raise RequestError(f"Invalid node state specified: {state}", "invalid_request")
+        raise RequestError(f"Invalid node state specified: {state[:64]}", "invalid_request")
     if state in ("DRAIN", "DOWN") and not reason:
         raise RequestError("You must specify a reason when DOWNING or DRAINING a node. Request denied",
                            "invalid_request")
+    if reason is not None and len(reason) > 1024:
+        raise RequestError("Reason too long (at most 1024 characters)", "invalid_request")
     user = identity(uid)["user"]
     t = now()
     with ctl.state.store.transaction():
@@ -564,14 +762,10 @@ def update_node(ctl, msg, uid, gid):
 def allocate(ctl, msg, uid, gid):
     """Create an allocation without a batch script. The connection it arrives on is its lease."""
     req = msg.get("job")
-    if not isinstance(req, dict):
+    if req is None:
         raise RequestError("job description must be an object", "invalid_request")
     st = ctl.state
-    if req.get("priority") is not None and not ctl.is_admin(uid):
-        raise AccessDenied()
-    job = build_job(req, None, {}, ident=identity(uid), cluster=ctl.cfg, now=now(),
-                    accounts=st.accounts, qos_names=st.qos_names, fits_ever=FitChecker(st),
-                    job_lookup=st.find, batch=False)
+    job = _new_job(ctl, req, uid, gid, script=None, env={}, batch=False)
     with st.store.transaction():
         job.job_id = st.take_job_id()
         job.script_id = job.job_id
@@ -580,7 +774,7 @@ def allocate(ctl, msg, uid, gid):
         st.save(job)
         st.event(job, "submitted", f"allocation by uid {uid}")
     conn = getattr(ctl, "current_conn", None)
-    if conn is not None and msg.get("lease", True):
+    if conn is not None and msg.get("lease") is not False:
         jid = job.job_id
 
         def lost_lease():
@@ -593,11 +787,19 @@ def allocate(ctl, msg, uid, gid):
     return {"job_id": job.job_id}
 
 
+@op("wait_alloc")
 async def wait_alloc(ctl, msg, uid, gid):
+    """Wait (at most ``timeout`` s) until an interactive allocation leaves PENDING. Batch
+    jobs are refused: nothing would wake the waiter when they start."""
     jid = _int(msg.get("job_id"))
-    timeout = msg.get("timeout", 60)
-    if not isinstance(timeout, (int, float)) or not 0 <= timeout <= 3600:
+    timeout = msg.get("timeout")
+    if timeout is None:
+        timeout = 60
+    if not 0 <= timeout <= 3600:
         raise RequestError("invalid timeout", "invalid_request")
+    pending = ctl.state.jobs.get(jid)
+    if pending is not None and pending.batch:
+        raise RequestError("not an interactive allocation", "invalid_request")
     job = await ctl.steps.wait_alloc(jid, timeout)
     if job is None:
         raise InvalidJobId()
@@ -605,17 +807,12 @@ async def wait_alloc(ctl, msg, uid, gid):
     return {"job": rec, "now": now()}
 
 
-OPS["wait_alloc"] = wait_alloc
-
-
 @op("release_alloc")
 def release_alloc(ctl, msg, uid, gid):
     job = ctl.state.jobs.get(_int(msg.get("job_id")))
     if job is None:
         raise InvalidJobId()
-    code, sig = msg.get("exit_code", 0), msg.get("signal", 0)
-    if not isinstance(code, int) or not isinstance(sig, int):
-        raise RequestError("invalid exit status", "invalid_request")
+    code, sig = msg.get("exit_code") or 0, msg.get("signal") or 0
     ctl.steps.release(job, uid, max(0, min(code, 255)), max(0, min(sig, 64)))
     return {}
 
@@ -645,7 +842,7 @@ def step_signal(ctl, msg, uid, gid):
     if job is None:
         raise InvalidJobId()
     sig = msg.get("signal")
-    if isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65:
+    if sig is None or not 0 < sig < 65:
         raise RequestError("Invalid signal", "invalid_request")
     step_id = msg.get("step_id")
     ctl.steps.signal(job, uid, None if step_id is None else _int(step_id), sig)
@@ -670,3 +867,57 @@ def step_status(ctl, msg, uid, gid):
     running = step is not None and job is not None and job.state == RUNNING and not job.completing
     return {"running": running, "down_nodes": down,
             "job_state": job.state if job is not None else None}
+
+
+@op("steps")
+def steps(ctl, msg, uid, gid):
+    """Running job steps (scontrol show step, squeue -s), as slurmctld lists them: the batch
+    step of every running batch job, then each srun step, by job and step id. ``job_ids``
+    (a job or array id each) filters. Records: docs/records.md, "Step info"."""
+    ids = set(msg.get("job_ids") or ())
+    st = ctl.state
+
+    def wanted(job) -> bool:
+        return not ids or job.job_id in ids or job.array_job_id in ids
+    out = [_batch_step_info(j) for j in st.jobs.values()
+           if j.batch and j.state == RUNNING and not j.completing and j.batch_host and wanted(j)]
+    for step in ctl.steps.steps.values():
+        job = st.jobs.get(step.job_id)
+        if job is not None and wanted(job):
+            out.append(_step_info(st, job, step))
+    out.sort(key=lambda r: (r["job_id"], -1 if r["step_id"] == "batch" else r["step_id"]))
+    return {"steps": out, "now": now()}
+
+
+def _step_base(job: Job) -> dict:
+    return {"job_id": job.job_id, "array_job_id": job.array_job_id,
+            "array_task_id": job.array_task_id, "uid": job.uid, "user": job.user,
+            "partition": job.partition, "time_limit": None}
+
+
+def _batch_step_info(job: Job) -> dict:
+    """The batch step: the script's one task on the first node, with that node's share."""
+    from muster.common.units import tres_string
+    a = next((a for a in job.alloc if a["node"] == job.batch_host), None) or {}
+    gpus = len(a.get("gpus") or ())
+    return {**_step_base(job), "step_id": "batch", "name": "batch", "state": RUNNING,
+            "start_time": job.start_time, "node_list": job.batch_host, "num_nodes": 1,
+            "num_cpus": a.get("cpus", 0), "num_tasks": 1, "dist": None, "resv_ports": None,
+            "tres": tres_string(a.get("cpus", 0), a.get("mem", 0), 1, None,
+                                {"gres/gpu": gpus} if gpus else {}),
+            "srun_host": None, "srun_pid": 0}
+
+
+def _step_info(st, job: Job, step) -> dict:
+    """An srun step: its layout's CPUs and GPUs, the job's memory on its nodes, its port."""
+    from muster.common.units import tres_string
+    cpus = sum(ns.cpus for ns in step.layout.nodes)
+    gpus = sum(len(ns.gpus) for ns in step.layout.nodes)
+    mem = sum(a.get("mem", 0) for a in job.alloc if a["node"] in step.nodes)
+    return {**_step_base(job), "step_id": step.step_id, "name": step.name, "state": step.state,
+            "start_time": step.start_time, "node_list": st.node_list_of(step.nodes),
+            "num_nodes": len(step.nodes), "num_cpus": cpus, "num_tasks": step.ntasks,
+            "dist": step.dist, "resv_ports": str(step.port),
+            "tres": tres_string(cpus, mem, len(step.nodes), None,
+                                {"gres/gpu": gpus} if gpus else {}),
+            "srun_host": step.srun_host, "srun_pid": step.srun_pid}

@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-L", dest="logfile", help="log file (default: stderr)")
     ap.add_argument("-v", dest="verbose", action="count", default=0)
     args = ap.parse_args(argv)
+    from muster.common.auth import CredentialError
     from muster.common.errors import MusterError
     from muster.common.process import daemon_start
     from muster.config import load
@@ -26,13 +27,22 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load(os.path.abspath(path))
         for w in cfg.warnings:
             logging.warning("config: %s", w)
-        os.makedirs(cfg.state_save_location, exist_ok=True)
+        from muster.common.securefs import UnsafePath, ensure_private_dir
+        try:
+            ensure_private_dir(cfg.state_save_location, "StateSaveLocation")
+        except UnsafePath as exc:
+            print(f"musterctld: error: {exc}", file=sys.stderr)
+            return 1
         from muster.controller.server import Controller
         from muster.store.sqlite import SqliteStore
         store = SqliteStore(cfg.db_path)
         ctl = Controller(cfg, store)
     except MusterError as exc:
         print(f"musterctld: error: {exc.message}", file=sys.stderr)
+        return 1
+    except CredentialError as exc:  # the cluster key: a one-line reason, no traceback
+        logging.error("start-up refused: %s", exc)
+        print(f"musterctld: error: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # noqa: BLE001 - one clear line, details in the log
         logging.exception("start-up failed")

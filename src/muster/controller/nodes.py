@@ -119,7 +119,8 @@ class NodeRuntime:
             "reason_user": self.reason_user, "reason_time": self.reason_time,
             "boot_time": self.boot_time, "slurmd_start_time": self.agent_start,
             "last_heartbeat": self.last_heartbeat, "weight": c.weight, "tmp_disk": c.tmp_disk,
-            "features": ",".join(c.features) or None, "cpu_load": self.cpu_load,
+            "features": ",".join(c.features) or None,
+            "active_features": ",".join(c.active) or None, "cpu_load": self.cpu_load,
             "version": self.version, "arch": self.arch, "os": self.os,
             "cfg_tres": tres_string(self.cpus, self.mem, None, self.cpus, gres),
             "alloc_tres": tres_string(self.cpus_alloc, self.mem_alloc, None, None, agres)

@@ -10,9 +10,12 @@ launch — which the caller dispatches only after the commit.
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 
 from muster.controller.submit import expand_io_paths
 from muster.core import JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever
+from muster.core.schedule import R_DEADLINE
+from muster.core import features
 from muster.core.placement import NodeAlloc
 from muster.core.snapshot import RunningView
 from muster.lifecycle import deps as depmod
@@ -32,12 +35,11 @@ def sched_config(cfg) -> SchedConfig:
         except (TypeError, ValueError):
             return default
     depth = sp.get("bf_depth")
-    raw = getattr(cfg, "raw", None) or {}
-    # Slurm 23.11's default is priority/multifactor; with every weight 0 (the default) it
-    # orders jobs exactly as before (priority 1, then submit time), so it is on unless
-    # slurm.conf asks for priority/basic explicitly
-    ptype = "basic" if ("PriorityType" in raw and str(getattr(cfg, "priority_type", "")).endswith(
-        "basic")) else "multifactor"
+    # PriorityType: Slurm 23.11's default is priority/multifactor (slurmconf's default too);
+    # with every weight 0 each job's priority is 1 minus its nice (at least 1), computed per
+    # job without the factors (muster.core.priority.static)
+    ptype = "basic" if str(getattr(cfg, "priority_type", "") or "").lower().endswith(
+        "/basic") else "multifactor"
     enforce = {e.lower() for e in getattr(cfg, "accounting_storage_enforce", ()) or ()}
     if enforce & {"limits", "qos", "safe"}:
         enforce.add("associations")
@@ -45,12 +47,6 @@ def sched_config(cfg) -> SchedConfig:
         enforce.add("limits")
     pmode = (getattr(cfg, "preempt_mode", "OFF") or "OFF").upper().split(",")[0]
     wt = getattr(cfg, "priority_weight_tres", None) or {}
-    weights = [getattr(cfg, f"priority_weight_{k}", 0) or 0 for k in (
-        "age", "assoc", "fairshare", "job_size", "partition", "qos")]
-    if not any(weights) and not any(wt.values()):
-        # multifactor with every weight 0 gives every job priority 1 (minus nice): the
-        # plain order; skip computing it on every pass (sprio still computes it)
-        ptype = "basic"
     return SchedConfig(
         priority_type=ptype,
         priority_max_age=int(getattr(cfg, "priority_max_age", 7 * 86400) or 0),
@@ -86,8 +82,20 @@ def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
             cpus_free=n.cpus if empty else max(0, n.cpus - n.cpus_alloc), mem=n.mem,
             mem_free=n.mem if empty else max(0, n.mem - n.mem_alloc), gpus=len(n.gpu_indices),
             gpus_free=free_gpus, gpu_type=n.gpu_type, usable=True if empty else n.usable,
-            weight=n.conf.weight))
+            weight=n.conf.weight, features=_features(n.conf.active)))
     return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def _features(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(names)
+
+
+@lru_cache(maxsize=4096)
+def constraint_of(text: str | None):
+    """The parsed ``--constraint`` of a job (validated at submit; the same text is parsed
+    once for all jobs that share it: the result is immutable)."""
+    return features.parse(text) if text else None
 
 
 def _names(v) -> frozenset | None:
@@ -125,7 +133,9 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, gpus_per_node=job.gpus_per_node,
         gpus_total=job.gpus, gpus_per_task=job.gpus_per_task, gpu_type=job.gpu_type,
         req_nodes=frozenset(_expand(job.req_nodes)), exc_nodes=frozenset(_expand(job.exc_nodes)),
-        exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts)
+        exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts,
+        constraint=constraint_of(job.features), cpus_per_gpu=job.cpus_per_gpu,
+        deadline=job.deadline, time_min=job.time_min)
 
 
 def _expand(expr: str | None) -> list[str]:
@@ -304,6 +314,9 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
             job = state.jobs.get(job_id)
             if job is None or job.state != PENDING or job_id in started_ids:
                 continue
+            if reason == R_DEADLINE:
+                _deadline_missed(state, job, t)
+                continue
             exp = expected.get(job_id)
             sn = sched_nodes.get(job_id)
             desc = job.reason_desc
@@ -318,10 +331,25 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
                 job.last_sched_eval = t
                 state.save(job)
         _store_priorities(state, plan, started_ids)
+        mailer = getattr(state, "mailer", None)
+        if mailer is not None and mailer.timed:
+            for job in mailer.tick(state.jobs, t):  # TIME_LIMIT_50/80/90/100 mails
+                state.save(job)
     preemptions = getattr(plan, "preemptions", ()) or ()
     if preemptions:
         apply_preemptions(state, preemptions, t)
     return started
+
+
+def _deadline_missed(state, job: Job, t: int) -> None:
+    """The core found that the job can no longer end before its --deadline: it ends in state
+    DEADLINE (an srun/salloc waiting for the allocation is told at once)."""
+    lifecycle.deadline_missed(job, now=t)
+    state.save(job)
+    state.event(job, "deadline", "cannot end before its deadline")
+    ctl = getattr(state, "ctl", None)
+    if ctl is not None and hasattr(ctl, "steps") and not job.batch:
+        ctl.steps.notify(job)
 
 
 def _reservation_reason(state, job: Job, reason: str, desc: str | None, active: list,
@@ -361,8 +389,9 @@ def _reservation_reason(state, job: Job, reason: str, desc: str | None, active: 
 
 
 def _store_priorities(state, plan, started_ids: set) -> None:
-    """priority/multifactor: the computed priority of each pending job is stored on it
-    (squeue %Q, scontrol Priority=); admin-set priorities are left alone."""
+    """The priority the core computed for a pending job (priority/basic or multifactor, nice
+    included) is stored on it when it changed (squeue %Q, scontrol Priority=); admin-set
+    priorities are left alone."""
     prio = getattr(plan, "priorities", None) or {}
     acc = getattr(state, "accounts", None)
     if not prio or acc is None:

@@ -7,14 +7,25 @@ short coalescing delay, plus a periodic pass as a safety net.
 
 Endpoints:
   * Unix socket ``<StateSaveLocation>/musterctld.sock`` (mode 0666): local clients; the caller's
-    uid/gid come from SO_PEERCRED.
-  * TCP ``SlurmctldHost:SlurmctldPort``: agents and remote clients; the first frame must carry
-    an HMAC credential (muster.common.auth); a forged, stale or replayed one is refused.
+    uid/gid come from SO_PEERCRED. One request, one reply, no handshake.
+  * TCP ``SlurmctldHost:SlurmctldPort``: agents and the REST daemon. Nothing is read but the
+    link handshake (muster.common.linkauth, muster.controller.netio.respond) until the peer has
+    proved it holds the cluster key; its claims (uid, gid, node) are covered by that proof, and
+    every later frame is sealed. Agents must be root, the cluster owner or operators.
+
+Bounded cost for hostile peers (every local user is assumed hostile):
+  * before authentication: frames of at most PRE_AUTH_MAX_FRAME, HANDSHAKE_TIMEOUT to finish,
+    at most MAX_HANDSHAKES such TCP peers at once (a new one evicts the oldest);
+  * plain users on the Unix socket: MAX_CONNS_PER_UID connections each, MAX_USER_CONNECTIONS
+    all together, and UID_PENDING_BYTES of half-received frames each (USERS_PENDING_BYTES
+    together); past these they get "Controller busy". Root, the daemon's uid and operators
+    are never limited.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import os
 import signal
@@ -24,8 +35,11 @@ import time
 
 from muster.common import auth
 from muster.common.errors import MusterError, RequestError
+from muster.common.linkauth import HANDSHAKE_TIMEOUT
+from muster.common.wire import MAX_FRAME
 from muster.controller import api_ops, handlers
-from muster.controller.netio import BadFrame, frame, read_frame
+from muster.controller.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBudget, Link,
+                                     LinkForged, cap_reads, frame, respond)
 from muster.controller.scheduling import apply_plan, build_snapshot, sched_config
 from muster.controller.state import ClusterState, identity, now
 from muster.core import schedule
@@ -37,12 +51,20 @@ log = logging.getLogger("musterctld")
 COALESCE_S = 0.002
 PERIODIC_S = 1.0
 IDLE_CLIENT_TIMEOUT = 30.0
-AUTH_TIMEOUT = 10.0  # a TCP peer must present its credential within this
-MAX_CONNECTIONS = 4096  # open client connections; more are refused as busy
+MAX_HANDSHAKES = 256  # TCP peers not yet authenticated; a new one evicts the oldest
+MAX_CONNS_PER_UID = 1024  # Unix connections of one plain user (srun/salloc leases count)
+MAX_USER_CONNECTIONS = 8192  # Unix connections of all plain users together
+UID_PENDING_BYTES = 32 << 20  # bytes of half-received frames per plain user (> MAX_FRAME)
+USERS_PENDING_BYTES = 256 << 20  # ... of all plain users together
 LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, not fail
+BUSY = {"ok": False, "code": "busy", "error": "Controller busy, try again"}
 
 
 _CRASH = {}
+
+
+def _is_id(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32
 
 
 def crash_point(name: str) -> None:
@@ -74,17 +96,27 @@ class ClientConn:
 
 
 class AgentLink:
-    """The controller's end of one agent's persistent connection."""
+    """The controller's end of one agent's persistent (sealed) connection. Messages that make
+    the agent act get their job credential here, when the frame is written: one that waited
+    in the outbox leaves with a fresh one, signed with the key this link was authenticated
+    with (during a key rotation an agent may still hold only the old key)."""
 
-    def __init__(self, node: str, writer: asyncio.StreamWriter):
-        self.node = node
-        self.writer = writer
+    __slots__ = ("ctl", "node", "link", "cred_key")
+
+    def __init__(self, ctl: "Controller", node: str, link: Link, key: bytes):
+        self.ctl, self.node, self.link = ctl, node, link
+        self.cred_key = auth.cred_key(key)
+
+    @property
+    def writer(self) -> asyncio.StreamWriter:
+        return self.link.writer
 
     def send(self, msg: dict) -> bool:
-        if self.writer.is_closing():
+        if self.link.writer.is_closing():
             return False
-        self.writer.write(frame(msg))
-        return True
+        if msg.get("op") in auth.CRED_OPS:
+            msg = {**msg, "cred": self.ctl.job_cred(self.node, msg, self.cred_key)}
+        return self.link.send(msg)
 
 
 class Controller:
@@ -97,8 +129,7 @@ class Controller:
         self.steps = StepManager(self)
         self.agents: dict[str, AgentLink] = {}
         self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
-        self.key = auth.load_key(cfg.key_path)
-        self.verifier = auth.Verifier(self.key)
+        self.keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
         self.owner_uid = os.getuid()
         self.operators = set(getattr(cfg, "operators", ()) or ())
         # Slurm holds a requeued job ~121 s (BeginTime); Muster defaults to 2 s
@@ -113,7 +144,12 @@ class Controller:
         self._stopping = asyncio.Event()
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
         self._servers: list[asyncio.base_events.Server] = []
-        self._conns = 0
+        self._conns = 0  # Unix connections of plain users
+        self._user_conns: dict[int, int] = {}
+        self._limited_cache: dict[int, tuple[bool, float]] = {}
+        self._handshakes: collections.OrderedDict = collections.OrderedDict()
+        self._warned: dict[str, tuple[float, int]] = {}
+        self.budget = ByteBudget(UID_PENDING_BYTES, USERS_PENDING_BYTES)
         self._handlers: set[asyncio.Task] = set()  # running connection handlers
         self.current_conn = None
 
@@ -129,12 +165,13 @@ class Controller:
         os.makedirs(os.path.dirname(sock_path), exist_ok=True)
         if os.path.exists(sock_path):
             os.unlink(sock_path)
-        unix = await asyncio.start_unix_server(self._on_unix, path=sock_path, limit=2**20,
+        unix = await asyncio.start_unix_server(self._on_unix, path=sock_path, limit=STREAM_LIMIT,
                                                backlog=LISTEN_BACKLOG)
         os.chmod(sock_path, 0o666)
         host = self.cfg.slurmctld_addr or "127.0.0.1"
         tcp = await asyncio.start_server(self._on_tcp, host=host, port=self.cfg.slurmctld_port,
-                                         reuse_address=True, limit=2**20, backlog=LISTEN_BACKLOG)
+                                         reuse_address=True, limit=STREAM_LIMIT,
+                                         backlog=LISTEN_BACKLOG)
         self._servers = [unix, tcp]
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -203,6 +240,7 @@ class Controller:
                 self.state.purge_old(t)
                 self.check_agents(t)
                 self.enforce_interactive_limits(t)
+                self.steps.tick(t)  # --signal warnings and time limits for steps (steps.py)
                 self.request_schedule()
             except Exception:
                 log.exception("periodic pass failed")
@@ -211,121 +249,191 @@ class Controller:
     # Nothing a peer sends may raise out of these coroutines: every connection ends with a
     # reply (when one can still be written) and a closed socket, and the daemon keeps going.
 
-    def _admit(self, writer) -> bool:
-        """Count a new connection; refuse it (busy) past MAX_CONNECTIONS."""
-        if self._conns >= MAX_CONNECTIONS:
-            log.warning("refusing connection: %d connections open", self._conns)
-            try:
-                writer.write(frame({"ok": False, "code": "busy",
-                                    "error": "Controller busy, try again"}))
-            except Exception:
-                pass
-            writer.close()
+    def _limited(self, uid: int) -> bool:
+        """Plain users are limited (connections, unfinished bytes); root, the daemon's own uid
+        and operators never are. Cached for a minute: it runs for every Unix connection."""
+        if uid in (0, self.owner_uid):
             return False
-        self._conns += 1
+        if not self.operators:
+            return True
+        t = time.monotonic()
+        hit = self._limited_cache.get(uid)
+        if hit is None or t - hit[1] > 60:
+            if len(self._limited_cache) > 10_000:
+                self._limited_cache.clear()
+            hit = self._limited_cache[uid] = (not self.is_admin(uid), t)
+        return hit[0]
+
+    def _track(self) -> None:
         task = asyncio.current_task()
         if task is not None:
             self._handlers.add(task)
-        return True
 
-    def _done(self) -> None:
-        self._conns -= 1
+    def _untrack(self) -> None:
         self._handlers.discard(asyncio.current_task())
 
-    async def _on_unix(self, reader, writer) -> None:
-        if not self._admit(writer):
+    def _admit_user(self, uid: int) -> bool:
+        """Count a plain user's Unix connection; False (refuse) past the per-uid or the
+        all-users cap, so one user's flood never locks out anyone else."""
+        mine = self._user_conns.get(uid, 0)
+        if mine >= MAX_CONNS_PER_UID or self._conns >= MAX_USER_CONNECTIONS:
+            self._warn_limited("busy", "refusing Unix connections of uid %d (%d open; %d of all "
+                               "users)", uid, mine, self._conns)
+            return False
+        self._user_conns[uid] = mine + 1
+        self._conns += 1
+        return True
+
+    def _release_user(self, uid: int) -> None:
+        left = self._user_conns[uid] - 1
+        if left:
+            self._user_conns[uid] = left
+        else:
+            del self._user_conns[uid]
+        self._conns -= 1
+
+    def _warn_limited(self, kind: str, fmt: str, *args) -> None:
+        """A warning at most every 10 s per kind: a flood must not fill the log (or the disk)."""
+        t = time.monotonic()
+        last, skipped = self._warned.get(kind, (0.0, 0))
+        if t - last < 10:
+            self._warned[kind] = (last, skipped + 1)
             return
+        self._warned[kind] = (t, 0)
+        log.warning(fmt + (f" (and {skipped} more like it)" if skipped else ""), *args)
+
+    async def _on_unix(self, reader, writer) -> None:
+        self._track()
         try:
             sock = writer.get_extra_info("socket")
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
             _pid, uid, gid = struct.unpack("3i", creds)
-            await self._client_loop(reader, writer, uid, gid, first=None)
+            limited = self._limited(uid)
+            if limited and not self._admit_user(uid):
+                writer.write(frame(BUSY))
+                return
+            if limited:
+                cap_reads(writer, SMALL_READS)
+            try:
+                await self._client_loop(Link(reader, writer), uid, gid,
+                                        self.budget if limited else None)
+            finally:
+                if limited:
+                    self._release_user(uid)
         except Exception:
             log.exception("unix client connection failed")
         finally:
-            self._done()
+            self._untrack()
             writer.close()
 
+    def _admit_handshake(self, link: Link) -> None:
+        """Hold at most MAX_HANDSHAKES TCP peers in their handshake: a new one evicts the
+        oldest, so unauthenticated connections can never fill the controller and a real agent
+        (which finishes its handshake in a round trip) always gets through."""
+        if len(self._handshakes) >= MAX_HANDSHAKES:
+            _task, old = self._handshakes.popitem(last=False)
+            old.writer.transport.abort()
+            self._warn_limited("evict", "%d TCP peers in their handshake: evicting the oldest",
+                               MAX_HANDSHAKES)
+        self._handshakes[asyncio.current_task()] = link
+
     async def _on_tcp(self, reader, writer) -> None:
-        if not self._admit(writer):
-            return
+        self._track()
+        link = Link(reader, writer)
         try:
-            await self._tcp_session(reader, writer)
+            await self._tcp_session(link)
         except Exception:
             log.exception("TCP connection from %s failed", writer.get_extra_info("peername"))
         finally:
-            self._done()
+            self._untrack()
             writer.close()
 
-    async def _tcp_session(self, reader, writer) -> None:
-        peer = writer.get_extra_info("peername")
+    async def _tcp_session(self, link: Link) -> None:
+        """The handshake (nothing else is read or answered before it), then the agent's or
+        the client's loop on the sealed link."""
+        peer = link.writer.get_extra_info("peername")
+        self._admit_handshake(link)
+        cap_reads(link.writer, SMALL_READS)
         try:
-            msg = await asyncio.wait_for(read_frame(reader), AUTH_TIMEOUT)
+            role, claims, key = await asyncio.wait_for(
+                respond(link, self.keys, ("agent", "client")), HANDSHAKE_TIMEOUT)
+        except LinkForged as exc:
+            self._warn_limited("auth", "refused TCP peer %s: %s", peer, exc)
+            return
         except BadFrame as exc:
-            await self._refuse(writer, exc.code, f"bad frame: {exc}")
+            self._warn_limited("auth", "refused TCP peer %s: bad frame: %s", peer, exc)
+            await self._refuse(link, exc.code, f"bad frame: {exc}")
             return
         except asyncio.TimeoutError:
-            await self._refuse(writer, "invalid_request", "no request received in time")
+            self._warn_limited("auth", "refused TCP peer %s: no handshake within %ss", peer,
+                               HANDSHAKE_TIMEOUT)
             return
-        except (ConnectionError, OSError):
+        except (ConnectionError, OSError, asyncio.IncompleteReadError):
             return
-        if msg is None:
+        finally:
+            self._handshakes.pop(asyncio.current_task(), None)
+        cap_reads(link.writer, None)  # a key holder: full-size reads again
+        uid, gid = claims.get("uid"), claims.get("gid")
+        if not (_is_id(uid) and _is_id(gid)):
+            log.warning("refused TCP peer %s: claims without a valid uid/gid", peer)
+            await self._refuse(link, "auth", "Authentication failure: no valid uid/gid claimed")
             return
-        try:
-            uid, gid = self.verifier.verify(msg.get("cred"))
-        except auth.CredentialError as exc:
-            log.warning("refused TCP peer %s: %s", peer, exc)
-            await self._refuse(writer, "auth", f"Authentication failure: {exc}")
-            return
-        if msg.get("op") == "agent_register":
+        if role == "agent":
             if not self.is_admin(uid):
                 log.warning("refused agent registration from %s by uid %d", peer, uid)
-                await self._refuse(writer, "access_denied",
+                await self._refuse(link, "access_denied",
                                    "Access/permission denied: agents must run as root or SlurmUser")
                 return
-            await self._agent_loop(reader, writer, msg)
+            await self._agent_loop(link, claims, key)
             return
-        await self._client_loop(reader, writer, uid, gid, first=msg)
+        await self._client_loop(link, uid, gid, None)
 
-    async def _refuse(self, writer, code: str, message: str) -> None:
+    async def _refuse(self, link: Link, code: str, message: str) -> None:
+        """A last error reply (sealed on a sealed link), then the close."""
         try:
-            writer.write(frame({"ok": False, "code": code, "error": message}))
-            await asyncio.wait_for(writer.drain(), 5)
+            link.send({"ok": False, "code": code, "error": message})
+            await asyncio.wait_for(link.writer.drain(), 5)
         except Exception:
             pass
-        writer.close()
+        link.close()
 
-    async def _client_loop(self, reader, writer, uid: int, gid: int, first: dict | None) -> None:
+    async def _client_loop(self, link: Link, uid: int, gid: int,
+                           budget: ByteBudget | None) -> None:
         """Answer requests until the peer closes, idles too long or sends a bad frame (which
-        gets an error reply, then the connection is closed). A connection that holds an
-        allocation lease (srun, salloc) never idles out; closing it gives the allocation back."""
+        gets an error reply, then the connection is closed; a frame failing its MAC is not
+        answered). A connection that holds an allocation lease (srun, salloc) never idles
+        out; closing it gives the allocation back. ``budget`` bounds the bytes of unfinished
+        frames of limited (plain) users."""
+        writer = link.writer
         conn = ClientConn(writer)
         try:
-            msg = first
             while True:
+                try:
+                    msg = await asyncio.wait_for(
+                        link.recv(MAX_FRAME, budget, uid),
+                        None if conn.on_close else IDLE_CLIENT_TIMEOUT)
+                except LinkForged as exc:
+                    log.warning("closing link of uid %d from %s: %s", uid, conn.peer_host, exc)
+                    break
+                except BadFrame as exc:
+                    await self._refuse(link, exc.code, f"bad frame: {exc}" if exc.code !=
+                                       "busy" else str(exc))
+                    break
+                except asyncio.TimeoutError:
+                    break
                 if msg is None:
-                    try:
-                        msg = await asyncio.wait_for(
-                            read_frame(reader), None if conn.on_close else IDLE_CLIENT_TIMEOUT)
-                    except BadFrame as exc:
-                        await self._refuse(writer, exc.code, f"bad frame: {exc}")
-                        break
-                    except asyncio.TimeoutError:
-                        break
-                    if msg is None:
-                        break
+                    break
                 reply = self.dispatch(msg, uid, gid, conn)
                 if asyncio.iscoroutine(reply):
                     reply = await reply
                 try:
-                    data = frame(reply)
+                    data = link.encode(reply)
                 except Exception:
                     log.exception("reply to %r could not be encoded", msg.get("op"))
-                    data = frame({"ok": False, "code": "internal",
-                                  "error": "Unexpected controller error"})
+                    data = link.encode({"ok": False, "code": "internal",
+                                        "error": "Unexpected controller error"})
                 writer.write(data)
                 await writer.drain()
-                msg = None
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -385,38 +493,61 @@ class Controller:
         return reply
 
     # ---- agents ----------------------------------------------------------------------------
-    async def _agent_loop(self, reader, writer, reg: dict) -> None:
-        name = reg.get("node")
+    async def _agent_loop(self, link: Link, claims: dict, key: bytes) -> None:
+        """An authenticated agent's link: its first (sealed) frame registers the node its
+        proof named; then heartbeats and reports, until the link breaks."""
+        name = claims.get("node")
         node = self.state.nodes.get(name) if isinstance(name, str) else None
-        if node is None:
-            await self._refuse(writer, "invalid_nodelist", f"unknown node {name!r}")
+        try:
+            reg = await asyncio.wait_for(link.recv(), HANDSHAKE_TIMEOUT)
+        except (BadFrame, asyncio.TimeoutError, ConnectionError, OSError,
+                asyncio.IncompleteReadError) as exc:
+            log.warning("agent %r sent no registration: %s", name, exc or type(exc).__name__)
+            return
+        if node is None or not isinstance(reg, dict) or reg.get("op") != "agent_register" \
+                or reg.get("node") != name:
+            await self._refuse(link, "invalid_nodelist", f"unknown node {name!r}"[:200])
             return
         old = self.agents.get(name)
         if old is not None:
             old.writer.close()
-        link = AgentLink(name, writer)
-        self.agents[name] = link
-        reply = self.register_agent(node, reg)
-        link.send(reply)
+        agent = AgentLink(self, name, link, key)
+        self.agents[name] = agent
+        reply, kill = self.register_agent(node, reg)
+        agent.send(reply)
+        if kill:
+            agent.send({"op": "kill_list", "jobs": kill})
         for msg in self.outbox.pop(name, []):
-            link.send(msg)
+            agent.send(msg)
         self.request_schedule()
         try:
             while True:
-                msg = await read_frame(reader)
+                msg = await link.recv()
                 if msg is None:
                     break
-                self.on_agent_message(node, link, msg)
+                self.on_agent_message(node, agent, msg)
         except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
             log.warning("agent %s link broken: %s", name, exc)
         finally:
-            if self.agents.get(name) is link:
+            if self.agents.get(name) is agent:
                 del self.agents[name]
                 node.connected = False
                 self.state.event(None, "node_not_responding", "agent disconnected", node=name)
-            writer.close()
+            link.close()
 
-    def register_agent(self, node, reg: dict) -> dict:
+    def job_cred(self, node: str, msg: dict, ckey: bytes) -> dict:
+        """The job credential for ``msg`` to ``node``, for the job's uid/gid (those of the
+        message for launches; the job's for the other ops; none for kill lists)."""
+        if msg.get("op") in ("launch", "launch_step"):
+            uid, gid = msg.get("uid"), msg.get("gid")
+        else:
+            job = self.state.jobs.get(msg.get("job_id"))
+            uid, gid = (job.uid, job.gid) if job is not None else (None, None)
+        return auth.mint_job_cred(ckey, msg, node, uid, gid)
+
+    def register_agent(self, node, reg: dict) -> tuple[dict, list[int]]:
+        """Reconcile a (re)registering node; the reply, and the jobs it runs that must die
+        (sent as a ``kill_list``, with its job credential)."""
         t = now()
         if node.down:
             rts = self.cfg.return_to_service
@@ -466,8 +597,8 @@ class Controller:
             self.state.event(None, "node_registered", f"{len(running)} jobs running", node=node.name)
         for job in relaunch:
             self.outbox.setdefault(node.name, []).append(self.launch_message(job))
-        return {"op": "registered", "ok": True, "kill": kill, "time": t,
-                "slurmd_timeout": self.slurmd_timeout}
+        return {"op": "registered", "ok": True, "time": t,
+                "slurmd_timeout": self.slurmd_timeout}, kill
 
     def on_agent_message(self, node, link: AgentLink, msg: dict) -> None:
         op = msg.get("op")

@@ -62,6 +62,8 @@ class ClusterState:
         self.accounts = Accounts(store, cfg, self)
         self.qos_names = self.accounts.qos  # name -> record; ``in`` checks a QOS name
         self.reservations = Reservations(store, cfg, self)
+        from muster.controller.mail import Mailer
+        self.mailer = Mailer(cfg, self)  # --mail-type notifications (save() feeds it)
         self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
@@ -84,6 +86,7 @@ class ClusterState:
         if acc:
             self.accounts.update(acc.split(","))
         self.accounts.track_loaded(self.jobs.values())
+        self.mailer.track_loaded(self.jobs.values())
 
     # ---- ids & persistence ---------------------------------------------------------------
     def take_job_id(self) -> int:
@@ -94,8 +97,11 @@ class ClusterState:
 
     def save(self, job: Job) -> None:
         """Persist a changed job. Every change of a job goes through here, so this is also
-        where derived caches of it are dropped."""
+        where derived caches of it are dropped, and where --mail-type events are noticed
+        (before the store, so that what was mailed is stored with the change)."""
         self.view_cache.pop(job.job_id, None)
+        if job.mail_type:
+            self.mailer.on_save(job)
         self.store.put_job(job.to_store())
         if self.accounts.pending_extra:
             self.accounts.on_save(job)  # e.g. --reservation, stored with the new job

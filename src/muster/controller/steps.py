@@ -23,13 +23,14 @@ import time
 
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.common.hostlist import compress_counts, expand
+from muster.controller.jobenv import user_env_for_step
 from muster.core.steplayout import AllocNode, StepError, StepRequest, layout
 from muster.model.job import PENDING, RUNNING, TERMINAL
 
 
 class Step:
     __slots__ = ("job_id", "step_id", "run", "name", "nodes", "layout", "reports", "start_time",
-                 "port", "overlap", "state", "ntasks", "uid")
+                 "port", "overlap", "state", "ntasks", "uid", "dist", "srun_host", "srun_pid")
 
     def __init__(self, job_id, step_id, run, name, lay, port, overlap, uid):
         self.job_id, self.step_id, self.run, self.name = job_id, step_id, run, name
@@ -42,6 +43,8 @@ class Step:
         self.state = RUNNING
         self.ntasks = lay.ntasks
         self.uid = uid
+        # scontrol show step's Dist= and SrunHost:Pid= (set by create)
+        self.dist, self.srun_host, self.srun_pid = "block", "", 0
 
 
 class StepManager:
@@ -60,6 +63,7 @@ class StepManager:
         self.port_range = (lo, hi)
         self.ports_used: set[int] = set()
         self._next_port = lo
+        self._limit_sent: set[tuple[int, int]] = set()  # (job, run): steps told of the limit
 
     # ---- allocations -----------------------------------------------------------------------
     def notify(self, job) -> None:
@@ -144,8 +148,11 @@ class StepManager:
         argv = req.get("argv") or []
         name = req.get("name") or (os.path.basename(argv[0]) if argv else "step")
         step = Step(job.job_id, step_id, job.restarts, name, lay, port, sreq.overlap, uid)
+        step.dist = sreq.distribution
+        step.srun_host = (req.get("srun_host") or _host_name(io_host))[:256]
+        step.srun_pid = req.get("srun_pid") or 0
         self.steps[(job.job_id, step_id)] = step
-        key = secrets.token_hex(16)
+        key = secrets.token_hex(32)  # K of the step's I/O stream (iostream): srun and the nodes only
         nodes_expr = st.node_list_of(step.nodes)
         with st.store.transaction():
             st.save(job)
@@ -153,16 +160,18 @@ class StepManager:
             st.event(job, "step_started", f"step {step_id} on {nodes_expr}")
         first = st.nodes[step.nodes[0]]
         io = {"host": io_host, "port": req.get("io_port"), "key": key} if req.get("io_port") else None
-        common = self.step_env(job, step, req, nodes_expr, first.conf.addr or "127.0.0.1")
+        common, torch_vars = self.step_env(job, step, req, nodes_expr,
+                                           first.conf.addr or "127.0.0.1")
         for idx, ns in enumerate(lay.nodes):
             node = st.nodes[ns.node]
             env = dict(common)
             env.update({
-                "SLURMD_NODENAME": ns.node, "SLURM_NODEID": str(idx), "NODE_RANK": str(idx),
-                "GROUP_RANK": str(idx), "SLURM_TOPOLOGY_ADDR": ns.node,
-                "SLURM_GTIDS": ",".join(map(str, ns.tasks)), "LOCAL_WORLD_SIZE": str(len(ns.tasks)),
+                "SLURMD_NODENAME": ns.node, "SLURM_NODEID": str(idx), "SLURM_TOPOLOGY_ADDR": ns.node,
+                "SLURM_GTIDS": ",".join(map(str, ns.tasks)),
                 "SLURM_CPUS_ON_NODE": str(ns.cpus), "HOSTNAME": ns.node,
             })
+            _add_torch(env, torch_vars, {"NODE_RANK": str(idx), "GROUP_RANK": str(idx),
+                                         "LOCAL_WORLD_SIZE": str(len(ns.tasks))})
             job_gpus = next((a["gpus"] for a in job.alloc if a["node"] == ns.node), [])
             if job_gpus:
                 env["SLURM_JOB_GPUS"] = ",".join(map(str, job_gpus))
@@ -185,14 +194,20 @@ class StepManager:
                 "open_mode": req.get("open_mode"), "umask": req.get("umask", job.umask),
                 "kill_wait": max(1, self.ctl.cfg.kill_wait), "node_index": idx,
                 "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+                "torch_vars": list(torch_vars),
             }
             self.ctl.send_to_node(node.name, msg)
         return {"step_id": step_id, "key": key, "nodes": nodes_expr, "ntasks": lay.ntasks,
                 "layout": [{"node": ns.node, "tasks": list(ns.tasks)} for ns in lay.nodes],
                 "master_addr": first.conf.addr, "master_port": port}
 
-    def step_env(self, job, step, req: dict, nodes_expr: str, master_addr: str) -> dict:
-        base = dict(req.get("env") or {})
+    def step_env(self, job, step, req: dict, nodes_expr: str,
+                 master_addr: str) -> tuple[dict, tuple[str, ...]]:
+        """The environment common to all the step's tasks, and the PyTorch variables Muster
+        adds (jobenv.user_env_for_step: only those absent from srun's environment; the rest
+        of them are set per node here and per task by the step daemon). SLURM_* variables are
+        always the step's, replacing those srun inherited from its job or an outer step."""
+        base, torch_vars = user_env_for_step(req.get("env") or {})
         counts = compress_counts(step.layout.tasks_per_node)
         cfg = self.ctl.cfg
         s = {
@@ -215,8 +230,6 @@ class StepManager:
             "SLURM_JOB_START_TIME": str(job.start_time or 0),
             "SLURM_JOB_END_TIME": str(job.end_time or 0),
             "SLURM_PRIO_PROCESS": "0", "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
-            "MASTER_ADDR": master_addr, "MASTER_PORT": str(step.port),
-            "WORLD_SIZE": str(step.ntasks),
         }
         if req.get("io_port"):
             s["SLURM_SRUN_COMM_PORT"] = str(req["io_port"])
@@ -240,7 +253,9 @@ class StepManager:
                   "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK", "SLURM_GPUS_ON_NODE"):
             base.pop(k, None)  # the submitter's (or the batch step's) values do not apply here
         base.update(s)
-        return base
+        _add_torch(base, torch_vars, {"MASTER_ADDR": master_addr, "MASTER_PORT": str(step.port),
+                                      "WORLD_SIZE": str(step.ntasks)})
+        return base, torch_vars
 
     def _record(self, job, step: Step, final: dict | None = None) -> dict:
         cpus = sum(ns.cpus for ns in step.layout.nodes)
@@ -265,6 +280,70 @@ class StepManager:
                 self.ports_used.add(p)
                 return p
         raise RequestError("no free step ports (MpiParams=ports)", "busy")
+
+    # ---- signals and the job's clock (Slurm 23.11 semantics) -------------------------------
+    def signal_job(self, job, sig: int, scope: str, cont: bool = False) -> None:
+        """Signal a running job's processes (``scancel --signal``, ``--signal`` warnings).
+
+        ``scope``: ``steps`` (scancel's default, and ``--signal`` without ``B:``): the tasks of
+        every running step, on every node, not the batch shell; ``batch`` (``-b``, ``B:``):
+        the batch shell alone, not its children; ``full`` (``-f``): the batch shell's whole
+        process group and every step. The message goes to each node of the allocation (and the
+        batch host), whose agent signals what of the job runs there: the steps a node runs are
+        its own knowledge, which survives a controller restart (this manager's step table does
+        not). ``cont``: SIGCONT first, as Slurm does before a ``--signal`` warning."""
+        if scope == "batch":
+            nodes = [job.batch_host] if job.batch and job.batch_host else []
+        else:
+            nodes = list(dict.fromkeys(([job.batch_host] if job.batch_host else [])
+                                       + [a["node"] for a in job.alloc]))
+        for n in nodes:
+            self.ctl.send_to_node(n, {"op": "signal", "job_id": job.job_id, "run": job.restarts,
+                                      "signal": sig, "scope": scope, "cont": cont})
+
+    def tick(self, t: int) -> None:
+        """The job clock's duties towards steps, once a second (the controller's periodic
+        pass). A job's steps run on all its nodes, and the batch supervisor knows only its own
+        node, so the controller — which holds every job's end time, including a limit changed
+        by ``scontrol update`` — is where they are decided:
+
+        * ``--signal=SIG@T`` without ``B:``: once ``end_time - T`` is reached, SIGCONT then SIG
+          to the tasks of the steps running *at that moment* on every node. Sent once per run
+          (the mark is stored in ``signal_spec["warned"]`` = the run number, so a restarted
+          controller does not send it again, and a requeue re-arms it); with no step running
+          nothing is signalled and a later step gets nothing, as in Slurm. ``B:`` is the batch
+          supervisor's (it signals the shell alone, on its node).
+        * the time limit of a batch job: its supervisor sends SIGTERM to the batch shell's
+          process group; here every node is told to end the job's steps ``DUE TO TIME LIMIT``
+          (SIGCONT+SIGTERM to their tasks, SIGKILL after KillWait), so tasks that are not
+          srun's children on the batch node get SIGTERM at the limit too. Interactive
+          allocations are timed out whole by ``enforce_interactive_limits``."""
+        past_limit = set()
+        for job in self.ctl.state.jobs.values():
+            if job.state != RUNNING or job.completing or job.end_time is None:
+                continue
+            spec = job.signal_spec
+            if spec and not spec.get("batch") and spec.get("warned") != job.restarts \
+                    and t >= job.end_time - spec.get("secs", 60):
+                self._warn_steps(job, spec)
+            if job.batch and t >= job.end_time:
+                key = (job.job_id, job.restarts)
+                past_limit.add(key)
+                if key not in self._limit_sent:
+                    self._end_steps(job, "timeout")
+        self._limit_sent = past_limit
+
+    def _warn_steps(self, job, spec: dict) -> None:
+        job.signal_spec = {**spec, "warned": job.restarts}
+        self.ctl.state.save(job)
+        self.ctl.state.event(job, "signal_warning",
+                             f"signal {spec.get('signal')} to steps, {spec.get('secs', 60)} s left")
+        self.signal_job(job, spec.get("signal", 10), "steps", cont=True)
+
+    def _end_steps(self, job, why: str) -> None:
+        for n in dict.fromkeys(a["node"] for a in job.alloc):
+            self.ctl.send_to_node(n, {"op": "terminate", "job_id": job.job_id,
+                                      "run": job.restarts, "why": why, "scope": "steps"})
 
     def signal(self, job, uid: int, step_id: int | None, sig: int) -> None:
         if job.uid != uid and not self.ctl.is_admin(uid):
@@ -336,6 +415,23 @@ class StepManager:
             self._finish(step)
 
 
+def _host_name(addr: str) -> str:
+    """srun's host as scontrol show step names it: this host's short name for a local srun
+    (loopback or the Unix socket), else the address it connected from."""
+    if addr.startswith("127.") or addr in ("::1", "localhost"):
+        import socket
+        return socket.gethostname().split(".")[0]
+    return addr
+
+
+def _add_torch(env: dict, torch_vars, values: dict) -> None:
+    """Set those of ``values`` that Muster adds for this step (``torch_vars``); the others
+    were set by the user and stay as they are."""
+    for name, value in values.items():
+        if name in torch_vars:
+            env[name] = value
+
+
 def _step_request(req: dict) -> StepRequest:
     def num(k):
         v = req.get(k)
@@ -358,5 +454,6 @@ def _step_request(req: dict) -> StepRequest:
                        ntasks_per_node=num("ntasks_per_node"), cpus_per_task=num("cpus_per_task") or 1,
                        gpus_per_task=num("gpus_per_task"), gpus_per_node=num("gpus_per_node"),
                        gpus=num("gpus"), nodelist=nodelist, exclude=exclude,
-                       distribution=dist.split(":")[0], overlap=bool(req.get("overlap")))
+                       distribution=dist.split(":")[0], overlap=bool(req.get("overlap")),
+                       gpu_bind=req.get("gpu_bind"))
 

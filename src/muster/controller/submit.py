@@ -4,12 +4,23 @@
 of slurm.conf, and refuses what can never run (Slurm's errstrs via RequestError codes). What
 could run later (too many nodes for the partition today, a time limit over MaxTime) is
 accepted and left pending with Slurm's reason, as Slurm does with EnforcePartLimits=NO.
+
+Size limits (docs/limits.md): the batch script is at most ``max_script_size`` bytes
+(SchedulerParameters, Slurm's default 4 MiB); the environment at most ``MAX_ENV_BYTES`` in
+all and ``MAX_ENV_ENTRY`` per ``NAME=value`` (the kernel's MAX_ARG_STRLEN: a longer string
+could never be passed to execve, so the job would only fail at launch).
+
+Privileges (as slurmctld's validate_job_create_req and _valid_id): a negative nice is for
+operators only (ESLURM_INVALID_NICE); submitting as another uid/gid is for root and the
+cluster owner (SlurmUser) only (ESLURM_USER_ID_MISSING / ESLURM_GROUP_ID_MISSING).
 """
 
 from __future__ import annotations
 
+import grp
 import os
 import posixpath
+import pwd
 
 from muster.common.errors import RequestError
 from muster.common.patterns import expand_pattern
@@ -18,8 +29,10 @@ from muster.lifecycle import deps as depmod
 from muster.model.arrays import compress_indices
 from muster.model.job import Job
 
-MAX_SCRIPT = 4 * 1024 * 1024
 MAX_ENV_BYTES = 1024 * 1024
+MAX_ENV_ENTRY = 128 * 1024  # Linux MAX_ARG_STRLEN: the longest "NAME=value" execve takes
+MAX_ENV_VARS = 65536
+NICE_LIMIT = 2147483645  # Slurm: |nice| <= NICE_OFFSET - 3
 MAX_STR = 65536
 MAX_INT = 2**53
 MAX_JOB_ID = 2**32 - 1  # Slurm job ids are uint32
@@ -27,11 +40,12 @@ NO_ARRAY_TASK = 4294967294
 
 _INT_FIELDS = ("time_limit", "time_min", "nodes_min", "nodes_max", "ntasks", "ntasks_per_node",
                "cpus_per_task", "mem_per_node", "mem_per_cpu", "mem_per_gpu", "cpus_per_gpu",
-               "begin", "nice", "priority", "umask")
+               "begin", "nice", "priority", "umask", "deadline")
 _STR_FIELDS = ("name", "script_name", "partition", "account", "qos", "reservation", "array",
                "dependency", "open_mode", "export", "nodelist", "exclude", "comment", "work_dir",
                "std_out", "std_err", "std_in", "command", "submit_line", "submit_host",
-               "submit_dir")
+               "submit_dir", "constraint", "mail_type", "mail_user", "licenses", "gpu_bind",
+               "clusters")
 _BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive")
 
 
@@ -64,6 +78,10 @@ def check_types(req: object) -> dict:
         v = req.get(f)
         if v is not None and not isinstance(v, bool):
             raise _bad(f"{f} must be true or false")
+    for f in ("uid", "gid"):
+        v = req.get(f)
+        if v is not None and not (isinstance(v, str) or _int_ok(v)):
+            raise _bad(f"{f} must be a number or a name")
     argv = req.get("argv") or []
     if not isinstance(argv, list) or len(argv) > 65536 or not all(
             isinstance(a, str) and "\0" not in a for a in argv):
@@ -92,12 +110,17 @@ def _int_ok(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and abs(v) <= MAX_INT
 
 
-def check_script(script: object, env: object) -> None:
+def check_script(script: object, env: object, max_script: int) -> None:
+    """The batch script and its environment (types, sizes, shape). The script limit is in
+    bytes as Slurm's (its errstr ESLURM_PATHNAME_TOO_LONG, with the sizes spelled out)."""
     if not isinstance(script, str):
         raise _bad("script must be a string")
-    if len(script) > MAX_SCRIPT:
-        raise RequestError(f"Batch script is too large: the limit is {MAX_SCRIPT} bytes "
-                           f"({MAX_SCRIPT // (1024 * 1024)} MiB)", "too_large")
+    size = len(script) if len(script) * 4 <= max_script else len(
+        script.encode("utf-8", "surrogatepass"))
+    if size > max_script:
+        raise RequestError("Pathname of a file, directory or other parameter too long: the "
+                           f"batch script is too large ({size} bytes; the limit is "
+                           f"SchedulerParameters=max_script_size={max_script})", "too_large")
     if not script.strip():
         raise _bad("Batch script is empty!")
     if "\0" in script:
@@ -107,12 +130,80 @@ def check_script(script: object, env: object) -> None:
     if "\r\n" in script:
         raise _bad("Batch script contains DOS line breaks (\\r\\n) instead of UNIX line "
                    "breaks (\\n)")
-    if not isinstance(env, dict) or len(env) > 65536 or not all(
+    check_env(env)
+
+
+def check_env(env: object) -> None:
+    """NAME -> value strings, no NUL, no '=' in a name; MAX_ENV_BYTES in all (each entry
+    counted as "NAME=value\0"), MAX_ENV_ENTRY per entry."""
+    if not isinstance(env, dict) or len(env) > MAX_ENV_VARS or not all(
             isinstance(k, str) and isinstance(v, str) and "\0" not in k + v and "=" not in k and k
             for k, v in env.items()):
         raise _bad("environment must map names to strings")
-    if sum(len(k) + len(v) + 2 for k, v in env.items()) > MAX_ENV_BYTES:
-        raise RequestError("environment too large", "too_large")
+    total = 0
+    for k, v in env.items():
+        n = len(k) + len(v) + 2
+        if n > MAX_ENV_ENTRY:
+            raise RequestError(f"environment variable {k[:64]} is too long ({n} bytes; the "
+                               f"limit is {MAX_ENV_ENTRY} per NAME=value)", "too_large")
+        total += n
+    if total > MAX_ENV_BYTES:
+        raise RequestError(f"environment too large ({total} bytes; the limit is "
+                           f"{MAX_ENV_BYTES})", "too_large")
+
+
+def check_counts(req: dict) -> None:
+    """Node, task and CPU counts (already integers): Slurm's errstrs for each kind."""
+    for f in ("nodes_min", "nodes_max"):
+        if req.get(f) is not None and req[f] < 1:
+            raise RequestError(None, "invalid_node_count")
+    if req.get("nodes_min") is not None and req.get("nodes_max") is not None \
+            and req["nodes_max"] < req["nodes_min"]:
+        raise RequestError(None, "invalid_node_count")
+    for f in ("ntasks", "ntasks_per_node"):
+        if req.get(f) is not None and req[f] < 1:
+            raise RequestError(None, "bad_task_count")
+    if req.get("cpus_per_task") is not None and req["cpus_per_task"] < 1:
+        raise RequestError(None, "invalid_cpu_count")
+
+
+def check_nice(nice: int | None, privileged: bool) -> None:
+    """Slurm: |nice| <= 2147483645; a negative nice (a priority boost) only for operators."""
+    if nice is not None and (abs(nice) > NICE_LIMIT or (nice < 0 and not privileged)):
+        raise RequestError(None, "invalid_nice")
+
+
+def _lookup_id(value: object, kind: str) -> int:
+    """A uid/gid given as a number or a name; RequestError when it names nobody."""
+    code = "invalid_user" if kind == "uid" else "invalid_group"
+    try:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32:
+            (pwd.getpwuid if kind == "uid" else grp.getgrgid)(value)
+            return value
+        if isinstance(value, str) and value and "\0" not in value and len(value) <= 256:
+            if kind == "uid":
+                return pwd.getpwnam(value).pw_uid
+            return grp.getgrnam(value).gr_gid
+    except KeyError:
+        pass
+    raise RequestError(None, code)
+
+
+def submit_ids(req: dict, uid: int, gid: int, superuser: bool) -> tuple[int, int | None]:
+    """The (uid, gid) a job is submitted as (sbatch --uid/--gid). Only root and SlurmUser
+    (``superuser``) may name someone else, as slurmctld's _valid_id; ``gid`` None means the
+    user's primary group. Everyone else gets Slurm's "Invalid user id"/"Invalid group id"."""
+    want_uid, want_gid = req.get("uid"), req.get("gid")
+    if want_uid is None and want_gid is None:
+        return uid, None
+    new_uid = uid if want_uid is None else _lookup_id(want_uid, "uid")
+    new_gid = None if want_gid is None else _lookup_id(want_gid, "gid")
+    if not superuser:
+        if new_uid != uid:
+            raise RequestError(None, "invalid_user")
+        if new_gid is not None and new_gid != gid:
+            raise RequestError(None, "invalid_group")
+    return new_uid, new_gid
 
 
 def parse_array(spec: str, max_size: int) -> tuple[list[int], int, dict]:
@@ -155,14 +246,19 @@ def _digits(s: str) -> bool:
 
 def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: int,
               accounts: set[str], qos_names: set[str], fits_ever, job_lookup,
-              batch: bool = True) -> Job:
+              batch: bool = True, privileged: bool = False, job_id: int = 0) -> Job:
     """Validate and build a pending Job (without id). ``ident``: uid, gid, user, group, groups.
     ``fits_ever(job, partition) -> str|None`` says whether the request can ever fit there.
-    ``job_lookup(job_id) -> Job|dict|None`` resolves dependency targets."""
+    ``job_lookup(job_id) -> Job|dict|None`` resolves dependency targets. ``privileged``: the
+    caller is an operator (may ask for a negative nice). ``job_id``: set only when an existing
+    job is re-validated (scontrol update, with ``job_request``): the job is not counted twice
+    against submit limits."""
     check_types(req)
-    if batch:
-        check_script(script, env)
     cfg = cluster
+    if batch:
+        check_script(script, env, cfg.max_script_size)
+    check_counts(req)
+    check_nice(req.get("nice"), privileged)
     # ---- partition ---------------------------------------------------------------------
     if req.get("partition"):
         parts = [p for p in req["partition"].split(",") if p]
@@ -191,16 +287,12 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     ntasks = req.get("ntasks")
     tpn = req.get("ntasks_per_node")
     cpt = req.get("cpus_per_task") or 1
-    for name, v in (("nodes", nodes_min), ("nodes", nodes_max), ("ntasks", ntasks),
-                    ("ntasks-per-node", tpn), ("cpus-per-task", cpt)):
-        if v is not None and v < 1:
-            raise _bad(f"Invalid {name} count")
     if nodes_min is None:
         nodes_min = 1
         if ntasks and tpn:
             nodes_min = max(1, -(-ntasks // tpn))
     if nodes_max is not None and nodes_max < nodes_min:
-        raise _bad("Invalid node count specification")
+        raise RequestError(None, "invalid_node_count")
     ntasks_set = ntasks is not None or tpn is not None
     if ntasks is None:
         ntasks = (tpn or 1) * nodes_min
@@ -233,17 +325,21 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     for v in (mem_node, mem_cpu, mem_gpu):
         if v is not None and v < 0:
             raise _bad("Invalid memory specification")
+    wants_gpus = bool(gpus_per_node or gpus_total or gpus_per_task)
+    if mem_gpu is not None and not wants_gpus:
+        raise RequestError(None, "invalid_gres")  # --mem-per-gpu needs GPUs to scale with
     mem_all = False
     if mem_node is None and mem_cpu is None and mem_gpu is None:
+        # a GPU job takes DefMemPerGPU first (partition, else global), as placement documents
         dpc = pconf.def_mem_per_cpu or cfg.def_mem_per_cpu
         dpn = pconf.def_mem_per_node or cfg.def_mem_per_node
         dpg = pconf.def_mem_per_gpu or cfg.def_mem_per_gpu
-        if dpc:
+        if dpg and wants_gpus:
+            mem_gpu = dpg
+        elif dpc:
             mem_cpu = dpc
         elif dpn:
             mem_node = dpn
-        elif dpg and (gpus_per_node or gpus_total or gpus_per_task):
-            mem_gpu = dpg
         else:
             mem_all = True
     if mem_node == 0:
@@ -276,7 +372,7 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     else:
         name = "sbatch"
     job = Job(
-        name=name[:1024], user=ident["user"], uid=ident["uid"], group=ident["group"],
+        job_id=job_id, name=name[:1024], user=ident["user"], uid=ident["uid"], group=ident["group"],
         gid=ident["gid"], groups=tuple(ident.get("groups") or ()), account=account, qos=qos,
         partition=",".join(parts), partitions_req=parts if len(parts) > 1 else None,
         submit_time=now, eligible_time=now, time_limit=tl, time_min=time_min,
@@ -300,6 +396,7 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
     )
     if job.open_mode not in (None, "append", "truncate"):
         raise _bad("Invalid --open-mode specification")
+    placement_options(job, req, cfg, pconf, now)
     sig = req.get("signal")
     if sig is not None:
         if not (1 <= sig["signal"] <= 64) or not (0 <= sig.get("secs", 60) <= 65535):
@@ -339,18 +436,7 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
         job.array_task_str = compress_indices(indices)
     # ---- dependency --------------------------------------------------------------------
     if req.get("dependency"):
-        try:
-            terms, any_ = depmod.parse(req["dependency"])
-        except RequestError:
-            raise
-        except (ValueError, TypeError, OverflowError):  # e.g. non-ASCII digits
-            raise RequestError(None, "dependency") from None
-        for _, jid, task, minutes in terms:
-            if (jid and not 0 < jid <= MAX_JOB_ID) or (task is not None and task > MAX_JOB_ID) \
-                    or minutes > MAX_INT:
-                raise RequestError(None, "dependency")
-            if jid and job_lookup(jid) is None:
-                raise RequestError(None, "dependency")
+        terms, any_ = parse_dependency(req["dependency"], job_lookup)
         job.dep_terms = terms
         job.dep_any = any_
         job.dependency = req["dependency"]
@@ -376,6 +462,106 @@ def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: i
                                        getattr(state, "reservations", None))
             accounts.remember(job, resv=resv)
     return job
+
+
+def parse_dependency(spec: str, job_lookup) -> tuple[list[list], bool]:
+    """``-d``/``Dependency=`` → (terms, any), every referenced job known to ``job_lookup``
+    (a dependency on a job never known would wait for ever). RequestError('dependency')."""
+    try:
+        terms, any_ = depmod.parse(spec)
+    except RequestError:
+        raise
+    except (ValueError, TypeError, OverflowError):  # e.g. non-ASCII digits
+        raise RequestError(None, "dependency") from None
+    for _, jid, task, minutes in terms:
+        if (jid and not 0 < jid <= MAX_JOB_ID) or (task is not None and task > MAX_JOB_ID) \
+                or minutes > MAX_INT:
+            raise RequestError(None, "dependency")
+        if jid and job_lookup(jid) is None:
+            raise RequestError(None, "dependency")
+    return terms, any_
+
+
+def job_request(job: Job) -> dict:
+    """The submit request whose ``build_job`` gives ``job``'s shape back: partition, account,
+    QOS, time limits, node/task/CPU counts, memory, GPUs, node lists, exclusivity. It is the
+    inverse of ``build_job`` for exactly those fields (``scontrol update`` merges its changes
+    into it and re-validates the whole job as at submit): keep the two in step. What came from
+    a default stays a default (a partition's time limit is re-derived after a partition
+    change); memory that came from a default is carried as given."""
+    def typed(count):
+        return None if count is None else {"type": job.gpu_type, "count": count}
+    return {
+        "name": job.name, "work_dir": job.work_dir, "comment": job.comment,
+        "partition": ",".join(job.partitions_req) if job.partitions_req else job.partition,
+        "account": job.account, "qos": job.qos,
+        "time_limit": None if job.timelimit_from_partition else (
+            -1 if job.time_limit is None else job.time_limit),
+        "time_min": job.time_min, "nodes_min": job.nodes_min, "nodes_max": job.nodes_max,
+        "ntasks": job.num_tasks if job.ntasks_given else None,
+        "ntasks_per_node": job.ntasks_per_node,
+        "cpus_per_task": job.cpus_per_task if job.cpus_per_task_set else None,
+        "mem_per_node": 0 if job.mem_all else job.mem_per_node,
+        "mem_per_cpu": job.mem_per_cpu, "mem_per_gpu": job.mem_per_gpu,
+        "gres": [{"name": "gpu", "type": job.gpu_type, "count": job.gpus_per_node}]
+        if job.gpus_per_node else [],
+        "gpus": typed(job.gpus), "gpus_per_task": typed(job.gpus_per_task),
+        "nodelist": job.req_nodes, "exclude": job.exc_nodes, "exclusive": job.exclusive,
+        "requeue": job.requeue, "constraint": job.features, "cpus_per_gpu": job.cpus_per_gpu,
+        "deadline": job.deadline, "mail_type": job.mail_type, "mail_user": job.mail_user,
+    }
+
+
+def placement_options(job: Job, req: dict, cfg, pconf, now: int) -> None:
+    """--constraint, --cpus-per-gpu (or DefCpuPerGPU), --deadline, --mail-type/--mail-user
+    and --licenses: checked and stored on ``job`` (the scheduler honours them; nothing is
+    accepted and then dropped). Slurm's errstrs: an expression that does not parse or names a
+    feature no node has is "Invalid feature specification"; Muster has no licenses, so any
+    -L is "Invalid license specification"."""
+    from muster.common.mailtypes import MailTypeError, check_mail_user, parse_mail_type
+    from muster.core import features as featmod
+    if req.get("licenses"):
+        raise RequestError(None, "invalid_license")
+    for name in (req.get("clusters") or "").split(","):
+        if name.strip() and name.strip().lower() != (cfg.cluster_name or "").lower():
+            raise _bad(f"No cluster '{name.strip()[:64]}' known by database.")
+    text = req.get("constraint")
+    if text is not None and text.strip():
+        try:
+            cons = featmod.parse(text)
+        except featmod.ConstraintError:
+            raise RequestError(None, "invalid_feature") from None
+        known = {f for n in cfg.nodes.values() for f in n.features}
+        if featmod.unknown_names(cons, known):
+            raise RequestError(None, "invalid_feature")
+        job.features = cons.text
+    wants_gpus = bool(job.gpus_per_node or job.gpus or job.gpus_per_task)
+    cpg = req.get("cpus_per_gpu")
+    if cpg is not None:
+        if cpg < 1 or cpg > 1 << 20:
+            raise RequestError(None, "invalid_cpu_count")
+        if not wants_gpus:
+            raise RequestError(None, "invalid_gres")  # --cpus-per-gpu needs GPUs
+        if req.get("cpus_per_task") is not None:
+            raise _bad("--cpus-per-gpu is mutually exclusive with --cpus-per-task")
+    elif wants_gpus and req.get("cpus_per_task") is None:
+        cpg = pconf.def_cpu_per_gpu or cfg.def_cpu_per_gpu or None  # DefCpuPerGPU
+    if cpg:
+        job.cpus_per_gpu = cpg
+        gpus = max(job.gpus_per_node * job.nodes_min, job.gpus or 0,
+                   (job.gpus_per_task or 0) * job.num_tasks)
+        job.num_cpus = max(job.num_cpus, gpus * cpg)
+    deadline = req.get("deadline")
+    if deadline is not None:
+        if deadline <= 0 or deadline > MAX_JOB_ID * 16:
+            raise RequestError(None, "invalid_time_value")
+        job.deadline = deadline
+    try:
+        job.mail_type = parse_mail_type(req["mail_type"]) if req.get("mail_type") else None
+        user = req.get("mail_user")
+        job.mail_user = check_mail_user(user) if user else None
+    except MailTypeError as exc:
+        raise _bad(str(exc)) from None
 
 
 def _fits_some_day(job: Job, partition: str, fits_ever, cfg) -> str | None:

@@ -98,8 +98,8 @@ def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int]
         k = 1
     if rq.hi is not None and k > rq.hi:
         return None
-    c = max(1, t * rq.cpt)
     g = rq.gpus * t if rq.gpu_mode == "task" else rq.gpus if rq.gpu_mode else 0
+    c = rq.node_cpus(t, g)
     mm = rq.mem_mode
     m = rq.mem if mm == "node" else rq.mem * c if mm == "cpu" else rq.mem * g if mm == "gpu" else 0
     if (pack_t or pack_g) and not rq.exclusive and (
@@ -118,7 +118,8 @@ class _Planner:
 
     def candidates(self, job: JobView, rq: Request, part: PartitionView, hidden: frozenset,
                    hv: int) -> tuple[tuple, list[int]]:
-        ck = (part.name, job.features, rq.gpu_type, job.exc_nodes, hv)
+        cons = job.constraint
+        ck = (part.name, cons, rq.gpu_type, job.exc_nodes, hv)
         got = self.cands.get(ck)
         if got is None:
             tl = self.tl
@@ -130,7 +131,7 @@ class _Planner:
                 n = tl.nodes[p]
                 if not n.usable or nm in job.exc_nodes:
                     continue
-                if job.features and not job.features <= n.features:
+                if cons is not None and not cons.node_may_serve(n.features):
                     continue
                 if rq.gpu_type is not None and n.gpu_type != rq.gpu_type:
                     continue
@@ -148,7 +149,8 @@ class _Planner:
         before the profile changes. Most answers are only an expected start (never
         allocated), so the allocation is not built for them."""
         tl = self.tl
-        shaped = None if job.req_nodes else plan_shape(rq, self.maxn[ck])
+        complex_cons = job.constraint is not None and not job.constraint.simple
+        shaped = None if job.req_nodes or complex_cons else plan_shape(rq, self.maxn[ck])
         if shaped is None:
             if job.req_nodes:
                 pos = tl.pos

@@ -269,11 +269,13 @@ def submit_check(
     assoc_jobs: Mapping[tuple, int] | None = None,
     enforce_part_limits: str = "NO",
     enforce: Iterable[str] = (),
+    new_jobs: int = 1,
 ) -> str | None:
     """Slurm's rejection message for a new job, or None when it may be queued.
 
     ``assocs`` is the user's association chain (user first); ``user_jobs_in_qos`` and
-    ``assoc_jobs`` count the user's jobs already submitted (pending + running).
+    ``assoc_jobs`` count the user's jobs already submitted (pending + running);
+    ``new_jobs`` is how many the new one is (an array: one per task, as Slurm counts it).
     """
     enforce = frozenset(enforce)
     if part.state in ("DOWN", "INACTIVE", "DRAIN") and enforce_part_limits != "NO":
@@ -302,7 +304,7 @@ def submit_check(
     tres = tres or {}
     if qos is not None:
         if q_sub := qos.max_submit_jobs_per_user:
-            if user_jobs_in_qos + 1 > q_sub:
+            if user_jobs_in_qos + new_jobs > q_sub:
                 return MSG_POLICY
         if "DenyOnLimit" in qos.flags:
             if qos.max_wall is not None and (job.time_limit is None or job.time_limit > qos.max_wall):
@@ -313,7 +315,7 @@ def submit_check(
                 return MSG_POLICY
     counts = assoc_jobs or {}
     for a in assocs:
-        if a.max_submit_jobs is not None and counts.get(a.key, 0) + 1 > a.max_submit_jobs:
+        if a.max_submit_jobs is not None and counts.get(a.key, 0) + new_jobs > a.max_submit_jobs:
             return MSG_POLICY
     if enforce_part_limits in ("ALL", "ANY") and assocs:
         if any(tres.get(t, 0) > v for t, v in assocs[0].max_tres_per_job.items()):

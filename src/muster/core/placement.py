@@ -19,9 +19,15 @@ Semantics (CPUs are the allocation unit, memory is consumable):
 * GPUs: ``gpus_per_task`` × tasks, or ``gpus_per_node`` on every node, or ``gpus_total``
   spread over the nodes (≥ 1 each; nodes with the most free GPUs are filled first).
   ``gpu_type`` must equal the node's type. Indices: the lowest free ones.
+* ``cpus_per_gpu`` (``--cpus-per-gpu``/DefCpuPerGPU): a node's CPUs are
+  ``max(tasks × cpus_per_task, GPUs on it × cpus_per_gpu)`` (Slurm's cons_tres rule: the two
+  requests overlap, they do not add up).
 * ``exclusive``: only idle nodes; the job gets all their CPUs and GPUs, memory as requested.
-* ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never;
-  with ``features`` (``--constraint``) only nodes having all of them.
+* ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never.
+* ``constraint`` (``--constraint``, :mod:`muster.core.features`): each alternative is tried
+  in order on the nodes satisfying its predicate; for each count ``(pred, k)`` the ``k`` best
+  nodes satisfying ``pred`` (beyond ``-w`` nodes that already do) are made required, then the
+  allocation is completed by the rules below.
 
 Node choice (total order, documented rule):
 
@@ -44,6 +50,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 
+from .features import Alternative, satisfies
 from .snapshot import JobView, NodeView, SchedConfig
 
 __all__ = [
@@ -101,6 +108,8 @@ class Request:
     ``"pack"`` (``ntasks`` total, ``tpn`` = per-node maximum or None).
     ``gpu_mode``: None, ``"node"``, ``"task"`` or ``"total"``; ``gpus`` is the count for it.
     ``mem_mode``: ``"all"``, ``"node"``, ``"cpu"`` or ``"gpu"`` with ``mem`` as the amount.
+    ``cpg``: CPUs per GPU for ``"node"``/``"total"`` GPU modes (with ``"task"`` it is folded
+    into ``cpt``: each task needs ``max(cpt, gpus × cpg)`` CPUs), 0 = none.
     """
 
     cpt: int
@@ -115,6 +124,11 @@ class Request:
     mem_mode: str
     mem: int
     exclusive: bool
+    cpg: int = 0
+
+    def node_cpus(self, tasks: int, gpus: int) -> int:
+        """CPUs a node with ``tasks`` tasks and ``gpus`` GPUs of this request gets."""
+        return max(1, tasks * self.cpt, gpus * self.cpg)
 
 
 def _set(v: int | None) -> int | None:
@@ -147,7 +161,7 @@ def request_key(job: JobView) -> tuple:
     under the same config (tests/unit/test_core_placement.py perturbs every other field)."""
     return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
             job.gpus_per_task, job.gpus_per_node, job.gpus_total, job.mem_per_node,
-            job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive)
+            job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive, job.cpus_per_gpu)
 
 
 def _normalise(job: JobView, cfg: SchedConfig) -> Request:
@@ -170,6 +184,9 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
     else:
         gpu_mode, gpus = None, 0
     wants_gpus = gpu_mode is not None
+    cpg = _set(job.cpus_per_gpu) if wants_gpus else None
+    if cpg and gpu_mode == "task":
+        cpt, cpg = max(cpt, gpus * cpg), None
     if job.mem_per_node is not None and job.mem_per_node >= 0:
         mem_mode, mem = ("all", 0) if job.mem_per_node == 0 else ("node", job.mem_per_node)
     elif _set(job.mem_per_cpu):
@@ -187,7 +204,7 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
     return Request(
         cpt=cpt, lo=lo, hi=hi, tasks_mode=tasks_mode, tpn=tpn, ntasks=ntasks,
         gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
-        mem_mode=mem_mode, mem=mem, exclusive=job.exclusive,
+        mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
     )
 
 
@@ -216,12 +233,12 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
     gcap = 0
     gm = rq.gpu_mode
     if gm == "node":
-        if rq.gpus > gpu_avail:
+        if rq.gpus > gpu_avail or rq.gpus * rq.cpg > cpu_avail:
             return None
     elif gm == "task":
         tcap = min(tcap, gpu_avail // rq.gpus)
     elif gm == "total":
-        gcap = gpu_avail
+        gcap = min(gpu_avail, cpu_avail // rq.cpg) if rq.cpg else gpu_avail
     mm, mem_free = rq.mem_mode, n.mem_free
     if mm == "all":
         if mem_free < n.mem:
@@ -235,6 +252,10 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
                 return None
         else:
             tcap = min(tcap, mem_free // (rq.mem * rq.cpt))
+            if rq.cpg and gm == "node" and rq.mem * rq.gpus * rq.cpg > mem_free:
+                return None
+            if rq.cpg and gm == "total":
+                gcap = min(gcap, mem_free // (rq.mem * rq.cpg))
     elif rq.exclusive:  # "gpu": an exclusive job holds every GPU of the node
         if rq.mem * n.gpus > mem_free:
             return None
@@ -273,15 +294,27 @@ def place(job: JobView, nodes: Sequence[NodeView], cfg: SchedConfig) -> Allocati
 
 def place_request(job: JobView, rq: Request, nodes: Sequence[NodeView]) -> Allocation | None:
     """:func:`place` with the request already normalised (lets callers reuse it)."""
+    if job.constraint is None:
+        return _place_alt(job, rq, nodes, None)
+    for alt in job.constraint.alternatives:  # a matching OR: the first that fits
+        got = _place_alt(job, rq, nodes, alt)
+        if got is not None:
+            return got
+    return None
+
+
+def _place_alt(job: JobView, rq: Request, nodes: Sequence[NodeView],
+               alt: Alternative | None) -> Allocation | None:
+    """Placement on the nodes satisfying one alternative of the constraint (None: all)."""
     exc, req = job.exc_nodes, job.req_nodes
     gtype = rq.gpu_type
-    feats = job.features
+    pred = alt.pred if alt is not None else None
     required: list[tuple[tuple, NodeView, int, int]] = []
     others: list[tuple[tuple, NodeView, int, int]] = []
     for n in nodes:
         if not n.usable or (exc and n.name in exc):
             continue
-        if feats and not feats <= n.features:
+        if pred is not None and not satisfies(pred, n.features):
             continue
         if gtype is not None and n.gpu_type != gtype:
             continue
@@ -295,14 +328,45 @@ def place_request(job: JobView, rq: Request, nodes: Sequence[NodeView]) -> Alloc
             others.append(entry)
     if len(required) < len(req):
         return None
+    pack = rq.tasks_mode == "pack" or rq.gpu_mode == "total"
+    if alt is not None and alt.counts:
+        if not _take_counted(alt, required, others, pack):
+            return None
     required.sort(key=lambda e: e[0])
-    if rq.tasks_mode != "pack" and rq.gpu_mode != "total":
+    if not pack:
         chosen = _choose_fixed(rq, required, others)
     else:
         chosen = _choose_pack(rq, required, others)
     if chosen is None:
         return None
     return _build(job, rq, chosen)
+
+
+def _take_counted(alt: Alternative, required: list, others: list, pack: bool) -> bool:
+    """Move into ``required`` the nodes each count ``(pred, k)`` still needs: the best ones
+    satisfying ``pred`` (best fit for per-node shapes, the largest for packing requests).
+    Counts take disjoint nodes; ``-w`` nodes satisfying a pred count for it. False when some
+    count cannot be met."""
+    used: set[int] = set()
+    for pred, k in alt.counts:
+        have = [e for e in required if e[1].index not in used and satisfies(pred, e[1].features)]
+        for e in have[:k]:
+            used.add(e[1].index)
+        need = k - min(k, len(have))
+        if not need:
+            continue
+        cands = [e for e in others if satisfies(pred, e[1].features)]
+        if len(cands) < need:
+            return False
+        if pack:
+            picked = sorted(cands, key=lambda e: (-e[2], -e[3], e[0]))[:need]
+        else:
+            picked = heapq.nsmallest(need, cands, key=lambda e: e[0])
+        taken = {e[1].index for e in picked}
+        used |= taken
+        required.extend(picked)
+        others[:] = [e for e in others if e[1].index not in taken]
+    return True
 
 
 def _choose_fixed(rq: Request, required: list, others: list) -> list | None:
@@ -416,7 +480,7 @@ def _build(job: JobView, rq: Request, chosen: list) -> Allocation | None:
         if rq.exclusive:
             cpus, gids = n.cpus, n.gpus_free  # idle: every GPU is free
         else:
-            cpus, gids = max(1, t * rq.cpt), n.gpus_free[:g]
+            cpus, gids = rq.node_cpus(t, g), n.gpus_free[:g]
         mm = rq.mem_mode
         if mm == "all":
             mem = n.mem
@@ -442,8 +506,9 @@ def first_fit(
 
     ``keys`` are the :func:`node_key` of the candidate nodes, ascending; ``lookup`` maps a
     node index to its view; nodes named in ``skip`` are not used. Valid only for a job
-    without ``-w``. A fixed-shape request (no ``-n``, no ``--gpus``) gets exactly what
-    ``place_request`` returns: the first ``nodes_min`` nodes in key order that fit. A
+    without ``-w`` whose constraint, if any, is a plain node filter (``Constraint.simple``).
+    A fixed-shape request (no ``-n``, no ``--gpus``) gets exactly what ``place_request``
+    returns: the first ``nodes_min`` nodes in key order that fit. A
     packing request (only with ``nodes_min <= 1``) gets the answer when one node holds it
     all; None then means "no single node": the caller must try :func:`place_request`.
 
@@ -455,11 +520,12 @@ def first_fit(
     need_g = rq.gpus if rq.gpu_mode == "total" else 0
     gm = rq.gpu_mode
     g_min = rq.gpus * need if gm == "task" else rq.gpus if gm else 0
-    c_min = need * rq.cpt
+    c_min = max(need * rq.cpt, g_min * rq.cpg)
     mm = rq.mem_mode
     m_min = (rq.mem if mm == "node" else rq.mem * c_min if mm == "cpu"
              else rq.mem * g_min if mm == "gpu" else 0)
     exc, gtype = job.exc_nodes, rq.gpu_type
+    pred = job.constraint.alternatives[0].pred if job.constraint is not None else None
     fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
     want = rq.lo if fixed else 1
     if rq.hi is not None and want > rq.hi:
@@ -481,7 +547,7 @@ def first_fit(
         n = lookup(idx)
         if (not n.usable or n.name in skip or n.name in exc
                 or (gtype is not None and n.gpu_type != gtype)
-                or (job.features and not job.features <= n.features)):
+                or (pred is not None and not satisfies(pred, n.features))):
             continue
         cap = _capacity(rq, n)
         if cap is None or (pack_t and cap[0] < need) or cap[1] < need_g:

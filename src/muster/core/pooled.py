@@ -9,11 +9,13 @@ replay needs ~95,000 passes. :class:`PooledScheduler` makes **the same decisions
 changes (a job submitted, a job ended); a pass costs a few microseconds.
 
 Scope (:meth:`PooledScheduler.unsupported` and :meth:`PooledScheduler.admit` say why not):
-one usable node with no GPUs, one UP partition, ``priority/basic``, no preemption, no job
+one usable node with no GPUs, one UP partition, a priority of the job alone
+(:func:`muster.core.priority.static`: none, basic, or multifactor without weights), no
+preemption, no job
 start limit, the main scheduler alone or backfill with one reservation (EASY: ``bf_depth``
 1) and no test budget (``bf_max_job_test`` 0); jobs on that partition only, one node, no
 GPUs, not exclusive, memory in proportion to CPUs (so memory binds exactly when CPUs do),
-no ``--time-min``/``-w``/``-x``/features/
+no ``--time-min``/``-w``/``-x``/``--constraint``/``--deadline``/
 reservation/switches, not held, not an array. The simulator uses it when the whole trace
 fits the scope and the core's ``schedule()`` otherwise.
 
@@ -50,6 +52,7 @@ from bisect import bisect_left, bisect_right, insort
 
 from .backfill import YEAR, estimate, node_tasks, plan_shape
 from .limits import partition_reason
+from . import priority as prio
 from .placement import Allocation, NodeAlloc, request_key, request_of
 from .schedule import Start, _static_reason
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
@@ -119,7 +122,7 @@ class PooledScheduler:
             return "the node has GPUs, is not usable, or memory is not in proportion to CPUs"
         if p.state != "UP" or n.name not in p.node_names:
             return "the partition is not UP or does not hold the node"
-        if cfg.priority_type == "multifactor" or cfg.max_jobs_to_start:
+        if not prio.static(cfg) or cfg.max_jobs_to_start:
             return "multifactor priority or a job start limit"
         if cfg.preempt_type not in ("preempt/none", "", None):
             return "preemption"
@@ -131,8 +134,8 @@ class PooledScheduler:
         """Why ``job`` is outside the scope, or None (it could then be :meth:`submit`-ted)."""
         part = self.part
         if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
-                job.req_nodes or job.exc_nodes or job.features or job.reservation or \
-                job.switches or job.time_min or job.gpu_type:
+                job.req_nodes or job.exc_nodes or job.constraint or job.reservation or \
+                job.switches or job.time_min or job.gpu_type or job.deadline is not None:
             return "job options outside the pooled scope"
         if _static_reason(job, part) or partition_reason(job, part):
             return "the partition rejects the job"
@@ -179,7 +182,7 @@ class PooledScheduler:
         got = seen[1] if seen is not None and seen[0] is job else self._shape(job)
         if got is None:
             raise ValueError(f"job {job.job_id} is outside the pooled scope")
-        key = (-job.priority, job.submit_time, job.job_id)
+        key = (-prio.static_priority(job, self.cfg), job.submit_time, job.job_id)
         self.jobs[key] = got
         insort(self.queue, key)
         b = bisect_right(self._bfirst, key) - 1

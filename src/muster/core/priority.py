@@ -1,4 +1,16 @@
-"""priority/multifactor: job priority = weighted sum of factors in [0, 1].
+"""Job priorities: priority/multifactor (Slurm 23.11's default) and priority/basic.
+
+**priority/basic** (Slurm's priority_basic.c): the n-th submitted job gets ``0xffff0000 − n``,
+so jobs run in submission order, minus its nice::
+
+    priority = 0xffff0000 − job_id − nice        clamped to [1, 2^32−1]
+
+Slurm counts submissions since slurmctld started; Muster counts them with the job id, which
+grows by one per submission and survives restarts (the first job of a fresh cluster, id 1,
+gets 4294901759 as in Slurm). A positive nice lowers the priority, a negative one (operators
+only) raises it.
+
+**priority/multifactor**: job priority = weighted sum of factors in [0, 1].
 
 Contract (scheduling.md §4)::
 
@@ -26,15 +38,17 @@ A ``fixed_priority`` job keeps its priority.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from .placement import request_of
 from .snapshot import JobView, SchedConfig, Snapshot
 
-__all__ = ["Context", "FACTORS", "Priority", "context", "multifactor", "priorities"]
+__all__ = ["BASIC_TOP", "Context", "FACTORS", "Priority", "basic", "context", "multifactor",
+           "priorities", "priority_of", "static", "static_fn", "static_priority", "weights_zero"]
 
 MAX_PRIORITY = 2**32 - 1
+BASIC_TOP = 0xFFFF0000  # Slurm's TOP_PRIORITY: priority/basic counts down from here
 FACTORS = ("age", "assoc", "fairshare", "jobsize", "partition", "qos")
 
 
@@ -152,14 +166,79 @@ def multifactor(job: JobView, partition: str, now: int, cfg: SchedConfig, ctx: C
             normalized[f"tres/{t}"] = f
             weighted[f"tres/{t}"] = w * f
     total = cfg.site_factor + sum(weighted.values()) - job.nice
-    prio = job.priority if job.fixed_priority else int(min(MAX_PRIORITY, max(1, total)))
+    prio = job.priority if job.fixed_priority else _clamp(total)
     return Priority(job_id=job.job_id, partition=partition, priority=prio,
                     normalized=normalized, weighted=weighted, nice=job.nice,
                     site=cfg.site_factor)
 
 
+def _clamp(v: float) -> int:
+    return int(min(MAX_PRIORITY, max(1, v)))
+
+
+def basic(job: JobView) -> int:
+    """priority/basic (module doc); an admin-set priority is kept."""
+    if job.fixed_priority:
+        return job.priority
+    p = BASIC_TOP - job.job_id - job.nice
+    return 1 if p < 1 else MAX_PRIORITY if p > MAX_PRIORITY else p
+
+
+def weights_zero(cfg: SchedConfig) -> bool:
+    """Multifactor with every weight 0: each job's priority is ``site − nice`` (at least 1),
+    the same in every partition, computed without the factors."""
+    return not (cfg.weight_age or cfg.weight_assoc or cfg.weight_fairshare or cfg.weight_jobsize
+                or cfg.weight_partition or cfg.weight_qos or any(w for _, w in cfg.weight_tres))
+
+
+
+
+def static(cfg: SchedConfig) -> bool:
+    """True when a job's priority depends on the job alone (not on time, accounting or the
+    partition): ``"none"``, ``"basic"``, or multifactor with every weight 0. Then
+    :func:`static_priority` gives it, and jobs of equal nice run in submission order."""
+    return cfg.priority_type != "multifactor" or weights_zero(cfg)
+
+
+def static_fn(cfg: SchedConfig) -> Callable[[JobView], int]:
+    """``f(job) → priority`` under a :func:`static` configuration (one call per job: the
+    scheduler calls it for every queue entry)."""
+    if cfg.priority_type == "basic":
+        return basic
+    if cfg.priority_type != "multifactor":
+        return _given
+    site = cfg.site_factor
+
+    def flat(job: JobView) -> int:  # multifactor without weights: site - nice, at least 1
+        if job.fixed_priority:
+            return job.priority
+        p = site - job.nice
+        return 1 if p < 1 else MAX_PRIORITY if p > MAX_PRIORITY else p
+    return flat
+
+
+def _given(job: JobView) -> int:
+    return job.priority
+
+
+def static_priority(job: JobView, cfg: SchedConfig) -> int:
+    """The priority of ``job`` under a :func:`static` configuration."""
+    return static_fn(cfg)(job)
+
+
+def priority_of(snap: Snapshot, cfg: SchedConfig) -> Callable[[JobView, str], int]:
+    """``f(job, partition) → priority`` under ``cfg.priority_type``: ``"none"`` (as given),
+    basic, multifactor with every weight 0 (a cheap per-job expression), or the full
+    multifactor (computed for every pending job and partition up front)."""
+    if static(cfg):
+        f = static_fn(cfg)
+        return lambda job, part: f(job)
+    table = priorities(snap, cfg)
+    return lambda job, part: table[(job.job_id, part)]
+
+
 def priorities(snap: Snapshot, cfg: SchedConfig) -> dict[tuple[int, str], int]:
-    """Priority per (job, partition) for every pending job (per-partition factor)."""
+    """Multifactor priority per (job, partition) for every pending job (per-partition factor)."""
     ctx = context(snap)
     out: dict[tuple[int, str], int] = {}
     for job in snap.pending:

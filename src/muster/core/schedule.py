@@ -2,7 +2,10 @@
 
 Pipeline:
 
-1. **Screen** every pending job: ``blocked`` jobs keep the shell's reason; each candidate
+1. **Screen** every pending job: ``blocked`` jobs keep the shell's reason; a job with a
+   ``deadline`` it can no longer meet (``now + (time_min or time_limit or 1 min) > deadline``,
+   Slurm's deadline_ok) gets ``DeadLine`` — the shell ends it in state DEADLINE — and one
+   that can is planned and started with its limit cut to the deadline; each candidate
    partition is checked statically (unknown → ``PartitionConfig``; ``DOWN`` →
    ``PartitionDown``; ``INACTIVE`` → ``PartitionInactive``; ``time_limit > max_time`` →
    ``PartitionTimeLimit``; ``nodes_min > max_nodes`` or ``nodes_max < min_nodes`` →
@@ -55,7 +58,7 @@ from typing import Protocol
 from . import backfill as bfmod
 from . import preempt as pmod
 from .limits import LimitChecker, job_tres, partition_reason
-from .priority import priorities as multifactor_priorities
+from . import priority as prio
 
 from .placement import (
     NEVER_NODE_COUNT,
@@ -81,6 +84,7 @@ R_PART_INACTIVE = "PartitionInactive"
 R_PART_TIME = "PartitionTimeLimit"
 R_PART_NODES = "PartitionNodeLimit"
 R_PART_CONFIG = "PartitionConfig"
+R_DEADLINE = "DeadLine"
 
 _RANK = {R_RESOURCES: 0, R_PRIORITY: 1, R_REQ_NODE: 2}
 
@@ -104,8 +108,9 @@ class Plan:
     ``expected_start``: job → expected start (seconds) for pending jobs planned inside
     the backfill window (reserved or not); ``sched_nodes``: job → nodes of its backfill
     reservation (``SchedNodes``); ``preemptions``: :class:`~muster.core.preempt.Preemption`
-    records; ``priorities``: job → priority used for ordering (multifactor only; for a
-    multi-partition job, the highest).
+    records; ``priorities``: job → priority used for ordering (for a multi-partition job, the
+    highest) for every job whose computed priority differs from ``JobView.priority`` (the
+    shell stores it: ``squeue %Q``).
     """
 
     starts: tuple[Start, ...]
@@ -154,6 +159,17 @@ class MainBlocking:
         else:
             self._parts.add(partition.name)
             self._nodes.update(partition.node_names)
+
+
+def deadline_limit(job: JobView, now: int) -> int:
+    """Minutes ``job`` may run if it starts at ``now`` under its ``--deadline`` (its own limit
+    if shorter); -1 when it can no longer finish in time: it needs ``time_min``, else its time
+    limit, else one minute (Slurm's deadline_ok, with a floor for jobs without a limit)."""
+    need = job.time_min or job.time_limit or 1
+    left = (job.deadline - now) // 60
+    if left < need:
+        return -1
+    return left if job.time_limit is None else min(job.time_limit, left)
 
 
 def _static_reason(job: JobView, part: PartitionView | None) -> str | None:
@@ -250,7 +266,8 @@ class _Pool:
 
     def place(self, job: JobView, rq: Request, part: str, hidden: Set[str]) -> Allocation | None:
         fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
-        if not job.req_nodes and (fixed or rq.lo <= 1):
+        filtered = job.constraint is None or job.constraint.simple
+        if not job.req_nodes and filtered and (fixed or rq.lo <= 1):
             placed = first_fit(job, rq, self.keys[part], self.lookup, hidden)
             if placed is not None or fixed:
                 return placed
@@ -263,7 +280,7 @@ def _shape(job: JobView) -> JobView:
         job, job_id=0, priority=0, submit_time=0, partitions=(), time_limit=None,
         blocked=None, max_starts=1, user="", group="", account="", qos="", time_min=None,
         switches=None, switch_wait=None, reservation=None, nice=0, eligible_time=None,
-        fixed_priority=False, requeue=True,
+        fixed_priority=False, requeue=True, deadline=None,
     )
 
 
@@ -278,8 +295,11 @@ def schedule(
     reasons: dict[int, str] = {}
     noted: dict[int, tuple[int, int, str]] = {}
     entries: list[tuple] = []
-    multifactor = cfg.priority_type == "multifactor"
-    prio = multifactor_priorities(snapshot, cfg) if multifactor else {}
+    # priorities: of the job alone (computed per job, cheaply, below) or multifactor's table
+    table = None if prio.static(cfg) else prio.priorities(snapshot, cfg)
+    given = cfg.priority_type == "none"
+    static_of = prio.static_fn(cfg)
+    out_prio: dict[int, int] = {}  # job → computed priority, where it differs from JobView's
     limits = LimitChecker(snapshot, cfg)
     preempting = cfg.preempt_type in ("preempt/qos", "preempt/partition_prio")
     qos = snapshot.qos_map() if preempting else {}
@@ -290,10 +310,19 @@ def schedule(
         if old is None or cand < old:
             noted[jid] = cand
 
+    capped: dict[int, int] = {}
     for job in snapshot.pending:
         if job.blocked:
             reasons[job.job_id] = job.blocked
             continue
+        if job.deadline is not None:
+            cap = deadline_limit(job, snapshot.now)
+            if cap < 0:
+                reasons[job.job_id] = R_DEADLINE
+                continue
+            if cap != job.time_limit:
+                job = replace(job, time_limit=cap)  # planned with the limit it will get
+                capped[job.job_id] = cap
         if not job.partitions:
             note(job.job_id, 0, R_PART_CONFIG)
         pflag = -1 if preempting and pmod.preemptor_flag(job, cfg, qos) else 0
@@ -306,7 +335,14 @@ def schedule(
             if why is not None:
                 note(job.job_id, idx, why)
             else:
-                p = prio.get((job.job_id, pname), job.priority) if multifactor else job.priority
+                if table is not None:
+                    p = table[(job.job_id, pname)]
+                elif given:
+                    p = job.priority
+                else:
+                    p = static_of(job)
+                    if p != job.priority:
+                        out_prio[job.job_id] = p
                 entries.append(
                     (pflag, rflag, -part.priority_tier, -p, job.submit_time, job.job_id, idx,
                      pname, job)
@@ -426,10 +462,15 @@ def schedule(
         preemptions = tuple(plist)
         expected = {**expected, **pexp}
 
-    out_prio: dict[int, int] = {}
-    if multifactor:
-        for (jid, _), p in prio.items():
+    if table is not None:  # a multi-partition job: its highest
+        for (jid, _), p in table.items():
             if p > out_prio.get(jid, -1):
                 out_prio[jid] = p
+        for j in snapshot.pending:
+            if out_prio.get(j.job_id) == j.priority:
+                del out_prio[j.job_id]
+    if capped:
+        starts = [replace(st, time_limit=min(st.time_limit or capped[st.job_id], capped[st.job_id]))
+                  if st.job_id in capped else st for st in starts]
     return Plan(starts=tuple(starts), reasons=reasons, expected_start=expected,
                 sched_nodes=sched_nodes, preemptions=preemptions, priorities=out_prio)

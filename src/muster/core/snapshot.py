@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # placement imports this module; NodeAlloc is only a type here
+    from .features import Constraint
     from .placement import NodeAlloc
 
 __all__ = [
@@ -43,7 +44,8 @@ class NodeView:
     """One node and what is still free on it.
 
     ``usable`` is False when the node cannot take new work (DOWN, DRAIN, NOT_RESPONDING,
-    ...). ``weight`` orders node choice: lower weights are used first.
+    ...). ``weight`` orders node choice: lower weights are used first. ``features`` are the
+    node's *active* features, which ``--constraint`` is matched against.
     """
 
     name: str
@@ -111,6 +113,10 @@ class JobView:
     * ``max_starts`` > 1 only for arrays: up to that many identical tasks may start in
       one cycle; each start is a separate :class:`~muster.core.schedule.Start` with the
       array's ``job_id``.
+    * ``cpus_per_gpu``: each node gets at least that many CPUs per GPU allocated on it
+      (``--cpus-per-gpu`` or DefCpuPerGPU, resolved by the shell); ``constraint`` is the
+      parsed ``--constraint`` (:mod:`muster.core.features`); ``deadline`` (seconds): the job
+      must be able to end by then (``--deadline``), else it ends in state DEADLINE.
     """
 
     job_id: int
@@ -129,6 +135,7 @@ class JobView:
     gpus_total: int | None = None
     gpus_per_task: int | None = None
     gpu_type: str | None = None
+    cpus_per_gpu: int | None = None
     req_nodes: frozenset[str] = frozenset()
     exc_nodes: frozenset[str] = frozenset()
     exclusive: bool = False
@@ -143,12 +150,13 @@ class JobView:
     time_min: int | None = None  # --time-min (minutes): backfill plans with it
     switches: int | None = None  # --switches=N[@wait]
     switch_wait: int | None = None  # seconds; None = SchedConfig.max_switch_wait
-    features: frozenset[str] = _NO  # --constraint (all required)
+    constraint: Constraint | None = None  # --constraint (muster.core.features)
     reservation: str | None = None  # --reservation
     nice: int = 0
     eligible_time: int | None = None  # accrue time for the age factor; None = submit_time
     fixed_priority: bool = False  # admin-set priority: multifactor leaves it alone
     requeue: bool = True
+    deadline: int | None = None  # --deadline (seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,8 +276,9 @@ class SchedConfig:
     kill_wait: int = 30  # seconds
     over_time_limit: int = 0  # minutes
     max_switch_wait: int = 300  # seconds
-    # priority/multifactor (priority_type "basic" keeps JobView.priority)
-    priority_type: str = "basic"
+    # priority_type: "none" keeps JobView.priority as the shell set it; "basic" and
+    # "multifactor" are Slurm's plugins (muster.core.priority)
+    priority_type: str = "none"
     priority_max_age: int = 7 * 86400  # seconds
     priority_favor_small: bool = False
     priority_flags: frozenset[str] = _NO

@@ -17,6 +17,16 @@ Rules (Slurm 23.11 semantics, simplified where noted):
   per node; neither → the step sees all of the job's GPUs on the node, shared (Slurm: a step
   without GRES options gets all the job's GRES). Explicitly requested GPUs are exclusive to the
   step unless ``--overlap``; the lowest free indices are chosen.
+* GPU binding (``--gpu-bind``, :func:`parse_gpu_bind`), per node over the step's GPUs there in
+  index order, task k = the k-th task of the node (its ``SLURM_LOCALID``); each task's
+  ``CUDA_VISIBLE_DEVICES`` is its list: ``none`` → every task sees all of them (the default,
+  except ``--gpus-per-task=N``, which implies ``per_task:N``); ``per_task:N`` → GPUs
+  [kN, kN+N); ``single:N`` → the ⌊k/N⌋-th GPU (tasks beyond N × GPUs wrap around);
+  ``map_gpu:i,j*2,…`` → the listed GPU for task k (the list repeats; ``x*n`` = n times);
+  ``mask_gpu:0x3,…`` → the GPUs whose bits are set; ``closest`` → GPUs that share the task's
+  socket, which without CPU binding (Muster does not pin tasks to cores) is all of them.
+  Indices in ``map_gpu``/``mask_gpu`` count the step's GPUs on the node from 0 (what the task
+  would see under Slurm's ConstrainDevices); one outside that range is an error (never).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ class StepRequest:
     exclude: tuple[str, ...] = ()
     distribution: str = "block"
     overlap: bool = False
+    gpu_bind: str | None = None  # --gpu-bind as given (parse_gpu_bind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,8 +85,75 @@ class StepError(Exception):
         self.message = message
 
 
+def parse_gpu_bind(spec: str | None) -> tuple[str, tuple[int, ...]] | None:
+    """``[verbose,]TYPE`` → (type, arguments) or None for no binding; raises StepError
+    (never) on anything else. ``map_gpu`` arguments are expanded (``1*3`` → 1, 1, 1)."""
+    if spec is None or not spec.strip():
+        return None
+    s = spec.strip()
+    if s.startswith("verbose,"):
+        s = s[len("verbose,"):]
+    kind, _, arg = s.partition(":")
+    bad = StepError("never", f"Invalid --gpu-bind argument: {spec}"[:200])
+    if kind in ("none", "closest") and not arg:
+        return None if kind == "none" else ("closest", ())
+    try:
+        if kind in ("per_task", "single"):
+            n = int(arg, 10)
+            if not 0 < n <= 1 << 16:
+                raise ValueError
+            return kind, (n,)
+        if kind == "map_gpu":
+            out: list[int] = []
+            for item in arg.split(","):
+                idx, star, rep = item.partition("*")
+                count = int(rep, 10) if star else 1
+                if not 0 < count <= 1 << 16 or len(out) + count > 1 << 16:
+                    raise ValueError
+                out += [int(idx, 10)] * count
+            return kind, tuple(out)
+        if kind == "mask_gpu":
+            masks = tuple(int(m, 16) for m in arg.split(","))
+            if any(m <= 0 or m >= 1 << 64 for m in masks):
+                raise ValueError
+            return kind, masks
+    except ValueError:
+        raise bad from None
+    raise bad
+
+
+def bind_gpus(bind: tuple[str, tuple[int, ...]], gpus: tuple[int, ...],
+              ntasks: int) -> tuple[tuple[int, ...], ...] | None:
+    """Each of ``ntasks`` local tasks' GPUs out of the step's ``gpus`` on one node (module
+    doc); None: every task sees all of them."""
+    kind, args = bind
+    if kind == "closest" or not gpus:
+        return None
+    n = len(gpus)
+    if kind == "per_task":
+        k = args[0]
+        if k * ntasks > n:
+            raise StepError("never", f"--gpu-bind=per_task:{k} needs {k * ntasks} GPUs per "
+                                     f"node, the step has {n}")
+        return tuple(gpus[i * k:(i + 1) * k] for i in range(ntasks))
+    if kind == "single":
+        return tuple((gpus[(i // args[0]) % n],) for i in range(ntasks))
+    if kind == "map_gpu":
+        picks = [args[i % len(args)] for i in range(ntasks)]
+        if any(p >= n for p in picks):
+            raise StepError("never", f"--gpu-bind=map_gpu names a GPU beyond the step's {n} "
+                                     "on a node")
+        return tuple((gpus[p],) for p in picks)
+    masks = [args[i % len(args)] for i in range(ntasks)]
+    if any(m >> n for m in masks):
+        raise StepError("never", f"--gpu-bind=mask_gpu names a GPU beyond the step's {n} "
+                                 "on a node")
+    return tuple(tuple(g for b, g in enumerate(gpus) if m >> b & 1) for m in masks)
+
+
 def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
            used_gpus: Mapping[str, frozenset[int]], req: StepRequest) -> StepLayout:
+    bind = parse_gpu_bind(req.gpu_bind)
     by_name = {a.node: a for a in alloc}
     pool = [a for a in alloc if a.node not in req.exclude]
     if req.nodelist:
@@ -128,6 +206,8 @@ def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
         if not req.overlap and cpus > a.cpus - used_cpus.get(a.node, 0):
             raise StepError("busy", "Requested nodes are busy")
         gpus, task_gpus = _gpus(a, cnt, used_gpus.get(a.node, frozenset()), req, n_nodes)
+        if bind is not None:
+            task_gpus = bind_gpus(bind, gpus, cnt)
         out.append(NodeStep(a.node, tuple(tids), cpus, gpus, task_gpus))
     return StepLayout(tuple(out), ntasks)
 

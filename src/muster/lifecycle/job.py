@@ -6,8 +6,9 @@ controller persists the job after calling them, the simulator just keeps going.
 
     PENDING ──start──► RUNNING ──ended──► COMPLETED | FAILED | TIMEOUT | NODE_FAIL (+requeue)
        │                  │
-       └──cancel──► CANCELLED   └──cancel/requeue──► CANCELLED|PENDING, completing until the
-                                                     agent confirms the processes are gone
+       ├──cancel──► CANCELLED   └──cancel/requeue──► CANCELLED|PENDING, completing until the
+       │                                             agent confirms the processes are gone
+       └──deadline missed──► DEADLINE
 
 Completion rule (states.md §1): node failure → NODE_FAIL; cancelled → CANCELLED; timed out →
 TIMEOUT; killed by a signal → FAILED/RaisedSignal; non-zero exit → FAILED/NonZeroExitCode;
@@ -18,8 +19,8 @@ from __future__ import annotations
 
 import signal as _signal
 
-from muster.model.job import (CANCELLED, COMPLETED, FAILED, NODE_FAIL, PENDING, PREEMPTED,
-                              RUNNING, TIMEOUT, Job)
+from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL, PENDING,
+                              PREEMPTED, RUNNING, TIMEOUT, Job)
 
 
 def start(job: Job, *, partition: str, alloc: list[dict], node_list: str, tres_alloc: str,
@@ -48,6 +49,17 @@ def cancel_pending(job: Job, *, by_uid: int, now: int) -> None:
     job.end_time = now
     if job.start_time is None:
         job.start_time = now  # Slurm shows Start=End for jobs cancelled while pending
+
+
+def deadline_missed(job: Job, *, now: int) -> None:
+    """A pending job can no longer end before its ``--deadline``: it ends without running
+    (Slurm: state DEADLINE, reason DeadLine), Start=End as for a job cancelled while pending."""
+    job.state = DEADLINE
+    job.reason = "DeadLine"
+    job.reason_desc = None
+    job.end_time = now
+    if job.start_time is None:
+        job.start_time = now
 
 
 def begin_kill(job: Job, *, final_state: str, by_uid: int | None, now: int,

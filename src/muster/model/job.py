@@ -26,7 +26,9 @@ TIMEOUT = "TIMEOUT"
 NODE_FAIL = "NODE_FAIL"
 OUT_OF_MEMORY = "OUT_OF_MEMORY"
 PREEMPTED = "PREEMPTED"
-TERMINAL = frozenset({COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED})
+DEADLINE = "DEADLINE"  # --deadline could not be met (ended while pending)
+TERMINAL = frozenset({COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY, PREEMPTED,
+                      DEADLINE})
 ACTIVE = frozenset({PENDING, RUNNING})
 
 # (name, default) — public fields, in the order of docs/records.md
@@ -48,6 +50,8 @@ PUBLIC_FIELDS: tuple[tuple[str, object], ...] = (
     ("submit_host", ""), ("exclusive", False), ("open_mode", None), ("signal", None),
     ("cancelled_by", None), ("scheduler", "Main"), ("last_sched_eval", None), ("sched_nodes", None),
     ("completing", False), ("failed_node", None), ("submit_line", ""), ("partitions_req", None), ("begin_time", None),
+    ("features", None), ("cpus_per_gpu", None), ("deadline", None), ("mail_type", None),
+    ("mail_user", None),
 )
 
 # Internal fields: persisted, never sent to clients.
@@ -73,6 +77,7 @@ INTERNAL_FIELDS: tuple[tuple[str, object], ...] = (
     ("requeue_hold", False),
     ("cpus_per_task_set", False),
     ("io_patterns", ("slurm-%j.out", None, "/dev/null")),  # raw -o/-e/-i as given
+    ("mail_sent", None),       # [run, bits]: --mail-type events already sent for that run
 )
 
 ALL_FIELDS = PUBLIC_FIELDS + INTERNAL_FIELDS

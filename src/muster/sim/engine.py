@@ -26,8 +26,8 @@ Why ``_CoreBackend`` is fast (and still exact):
 * Node views are immutable and only the nodes a start or an end touched are rebuilt; the
   nodes tuple is rebuilt only when something changed.
 * **The core is called only when something could start** and only with the part of the
-  queue that can matter, when every job has the same priority (``priority/basic``, or
-  multifactor with every weight 0): then the core's queue order is arrival order and a job
+  queue that can matter, when the queue order is arrival order (a priority of the job alone:
+  priority/basic, or multifactor with every weight 0 — trace jobs have no nice): then a job
   that does not fit the *aggregate* free CPUs/GPUs now cannot start now. Under the main
   scheduler (``fifo``) the first such job blocks everything behind it, so the core gets only
   the jobs before it whose cumulative demand fits. With backfill of reservation depth ``d``
@@ -65,6 +65,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
+from muster.core import priority as prio
 from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
 from muster.core.pooled import PooledScheduler
 from muster.core.snapshot import RunningView
@@ -118,9 +119,11 @@ NO_PRUNING = -1
 def prune_depth(policy: str, cfg: SchedConfig) -> int | None:
     """The engine's queue pruning for these settings (module doc): 0 = main scheduler,
     d = backfill with d reservations, None = conservative, NO_PRUNING = the whole queue
-    at every event. Pruning needs every job's priority equal (arrival order = core order);
-    backfill pruning also needs the shorthand's unlimited window and test budget."""
-    if cfg.priority_type == "multifactor" or cfg.max_jobs_to_start:
+    at every event. Pruning needs the core's order to be arrival order: a priority of the
+    job alone (``priority.static``: trace jobs have no nice, and their ids follow their
+    submit times, so priority/basic's decreasing priorities keep that order too); backfill
+    pruning also needs the shorthand's unlimited window and test budget."""
+    if not prio.static(cfg) or cfg.max_jobs_to_start:
         return NO_PRUNING
     if not cfg.backfill:
         return 0
@@ -200,7 +203,7 @@ class Simulator:
         self.part_names = tuple(p.name for p in cluster.partitions)
         self.depth = prune_depth(policy, self.cfg) if len(self.part_names) == 1 else NO_PRUNING
         self.accounts = None
-        if self.cfg.priority_type == "multifactor":
+        if not prio.static(self.cfg):
             # usage and fair-share exactly as the controller keeps them (its own class, on an
             # in-memory store): charged when a job stops, decayed with the config's half-life
             if cluster.conf is None:

@@ -1,0 +1,251 @@
+"""What Muster does with every sbatch/srun/salloc option: the one source of docs/options.md and
+of the warnings the commands print.
+
+Standard library only, and imported only when an option needs a warning or the table is
+rendered (``python -m muster.cli.optstatus > docs/options.md``).
+
+Status of an option, per command:
+
+* ``honoured`` — it has its Slurm meaning;
+* ``warned`` — accepted, but Muster cannot honour it: the command prints
+  ``<prog>: warning: --<option> is not supported by Muster: <why>; ignored`` and goes on;
+* ``refused`` — honouring it is impossible and ignoring it would give a different job: the
+  command or the controller refuses the request (Slurm's wording where Slurm has one);
+* ``ignored`` — accepted silently because it cannot change the job's outcome here (the
+  reason says why).
+
+``tests/unit/test_optstatus.py`` fails when a parser gains an option without a status, when a
+status names an option no parser has, and when docs/options.md is not what :func:`render`
+writes.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["COMMANDS", "STATUS", "check", "lookup", "render", "warnings_for"]
+
+COMMANDS = ("sbatch", "srun", "salloc")
+H, W, R, I = "honoured", "warned", "refused", "ignored"  # noqa: E741
+
+_SOCKETS = "Muster allocates CPUs, not sockets, cores or threads"
+_JOB_ONLY = "a job option: applies when srun creates the allocation"
+
+# long option name -> (status, note) for every command, or {command: (status, note)}
+STATUS: dict[str, object] = {
+    # ---- job shape and placement -------------------------------------------------------------
+    "nodes": (H, ""), "ntasks": (H, ""), "ntasks-per-node": (H, ""),
+    "cpus-per-task": (H, ""), "cpus-per-gpu": (H, "CPUs per node = max(tasks × cpus-per-task, "
+                                                   "GPUs × cpus-per-gpu); DefCpuPerGPU applies "
+                                                   "when neither is given"),
+    "mem": (H, ""), "mem-per-cpu": (H, ""),
+    "mem-per-gpu": (H, "memory per node = GPUs on it × the value (DefMemPerGPU when not given); "
+                       "refused without GPUs"),
+    "gres": (H, "gpu only"), "gpus": (H, ""), "gpus-per-node": (H, ""), "gpus-per-task": (H, ""),
+    "constraint": (H, "&, |, [a|b] (one alternative for all nodes), counts a*N, parentheses; "
+                      "an unknown feature is refused: Invalid feature specification"),
+    "nodelist": (H, ""), "exclude": (H, ""),
+    "nodefile": (H, "the file's node names, as --nodelist"),
+    "exclusive": (H, "=user, =mcs and =topo get whole nodes too (stricter): warned"),
+    "partition": (H, ""), "account": (H, ""), "qos": (H, ""), "reservation": (H, ""),
+    "time": (H, ""), "time-min": (H, ""),
+    "deadline": (H, "a pending job that can no longer end by then (its --time-min, else its "
+                    "time limit) ends in state DEADLINE; one that starts gets its limit cut to "
+                    "the deadline"),
+    "begin": (H, ""), "dependency": (H, ""), "hold": (H, ""),
+    "nice": (H, "lowers the priority (negative: operators only, raises it) under "
+                "priority/basic and priority/multifactor"),
+    "priority": (H, "operators only"),
+    # --gpu-bind: checked by the commands, exported as SLURM_GPU_BIND by sbatch/salloc, sent by
+    # srun, mapped per task by muster.core.steplayout (controller/steps.py hands it over)
+    "gpu-bind": (H, "closest/none, single:N, per_task:N, map_gpu, mask_gpu: each task's "
+                    "CUDA_VISIBLE_DEVICES"),
+    "distribution": {"sbatch": (H, "block/cyclic, exported as SLURM_DISTRIBUTION for steps"),
+                     "srun": (H, "block and cyclic task ids; plane/arbitrary lay tasks out "
+                                 "as block"),
+                     "salloc": (H, "exported as SLURM_DISTRIBUTION for steps")},
+    "clusters": (H, "only this cluster: another name is refused"),
+    "licenses": (R, "Muster has no licenses: Invalid license specification"),
+    # ---- identity, I/O, notification -------------------------------------------------------
+    "job-name": (H, ""), "output": (H, ""), "error": (H, ""), "input": (H, ""), "chdir": (H, ""),
+    "comment": (H, ""), "export": (H, ""), "uid": (H, "root only"), "gid": (H, "root only"),
+    "mail-type": (H, "through MailProg, Slurm's subjects; STAGE_OUT never fires (no burst "
+                     "buffers)"),
+    "mail-user": (H, "address or user name; MailDomain appended to a bare name"),
+    "signal": (H, ""), "open-mode": (H, ""), "requeue": (H, ""), "no-requeue": (H, ""),
+    "array": (H, ""), "wrap": (H, ""), "parsable": (H, ""), "wait": {
+        "sbatch": (H, ""), "srun": (W, "steps are not ended when their first task exits"),
+        "salloc": (W, "srun option: salloc waits for its command")},
+    "export-file": (H, "NAME=value lines (or NUL-separated) added to the environment"),
+    "help": (H, ""), "usage": (H, ""), "version": (H, ""), "quiet": (H, ""),
+    "verbose": (I, "Muster's commands print no debug output"),
+    "test-only": (R, "no will-run estimate: the job would be submitted"),
+    # ---- options Muster cannot honour --------------------------------------------------------
+    "extra-node-info": (W, _SOCKETS), "sockets-per-node": (W, _SOCKETS),
+    "cores-per-socket": (W, _SOCKETS), "threads-per-core": (W, _SOCKETS),
+    "ntasks-per-core": (W, _SOCKETS), "ntasks-per-socket": (W, _SOCKETS),
+    "hint": (W, _SOCKETS), "core-spec": (W, "no specialized cores"),
+    "thread-spec": (W, "no specialized threads"), "mincpus": (W, "no per-node CPU minimum"),
+    "ntasks-per-gpu": (W, "tasks are not derived from GPUs"),
+    "gres-flags": (W, "no CPU-GPU affinity"), "mem-bind": (W, "no NUMA memory binding"),
+    "tmp": (W, "TmpDisk is not scheduled"), "contiguous": (W, "nodes are not contiguous"),
+    "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "nodes are chosen "
+                                                                         "best-fit"),
+    "switches": (W, "switch counts are not requested"),
+    "prefer": (W, "no soft constraints (use --constraint)"),
+    "overcommit": (W, "every task gets at least one CPU"),
+    "oversubscribe": (W, "allocated CPUs are never shared between jobs"),
+    "no-kill": (W, "a node failure ends the job (NODE_FAIL)"),
+    "kill-on-invalid-dep": (W, "a job whose dependency can never be met stays pending "
+                               "(DependencyNeverSatisfied)"),
+    "get-user-env": (W, "the job gets the submission environment"),
+    "propagate": (W, "resource limits are not propagated"),
+    "immediate": (W, "the job is queued when resources are not available now"),
+    "network": (W, "no network plugins"), "power": (W, "no power management"),
+    "profile": (W, "no profiling plugin"), "reboot": (W, "nodes are not rebooted"),
+    "mcs-label": (W, "no MCS plugin"), "cpu-freq": (W, "no CPU frequency control"),
+    "cluster-constraint": (W, "no federation"),
+    "wckey": (W, "no WCKeys in accounting"),
+    "tres-per-task": (W, "use --gpus-per-task / --cpus-per-task"),
+    "mpi": (W, "no PMI server: start MPI programs with their own launcher"),
+    "bb": (R, "no burst buffers"), "bbf": (R, "no burst buffers"),
+    "container": (R, "no OCI containers"),
+    "acctg-freq": (I, "no accounting sampling"), "delay-boot": (I, "nodes are never booted"),
+    "wait-all-nodes": (I, "nodes are up before a job starts"),
+    "ignore-pbs": (I, "#PBS lines are comments to Muster"),
+    # ---- srun's own ---------------------------------------------------------------------------
+    "label": {"srun": (H, ""), "salloc": (W, "srun option")},
+    "kill-on-bad-exit": {"srun": (H, ""), "salloc": (W, "srun option")},
+    "unbuffered": {"srun": (H, ""), "salloc": (W, "srun option")},
+    "overlap": {"srun": (H, ""), "salloc": (W, "srun option")},
+    "exact": {"srun": (H, "steps always get exactly the CPUs they ask for"),
+              "salloc": (W, "srun option")},
+    "jobid": {"srun": (H, ""), "salloc": (W, "srun option")},
+    "pty": {"srun": (W, "no pseudo-terminal: task 0's stdin/stdout are pipes"),
+            "salloc": (W, "srun option")},
+    "multi-prog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "het-group": {"srun": (R, "no heterogeneous jobs"), "salloc": (R, "no heterogeneous jobs")},
+    "no-allocate": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "task-prolog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "task-epilog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "prolog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "epilog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "disable-status": {"srun": (I, "srun prints no status on Ctrl-C anyway"),
+                       "salloc": (W, "srun option")},
+    "preserve-env": {"srun": (W, "the step's counts come from the command line"),
+                     "salloc": (W, "srun option")},
+    "cpu-bind": {"srun": (W, "tasks are not bound to CPUs"), "salloc": (W, "srun option")},
+    "accel-bind": {"srun": (W, "no accelerator binding"), "salloc": (W, "srun option")},
+    "resv-ports": {"srun": (W, "no reserved ports (MASTER_PORT is set)"),
+                   "salloc": (W, "srun option")},
+    "bcast": {"srun": (W, "the program is run from its path"), "salloc": (W, "srun option")},
+    "send-libs": {"srun": (W, "the program is run from its path"), "salloc": (W, "srun option")},
+    "compress": {"srun": (I, "no --bcast to compress"), "salloc": (W, "srun option")},
+    "external-launcher": {"srun": (W, "not supported"), "salloc": (W, "srun option")},
+    "quit-on-interrupt": {"srun": (W, "a second Ctrl-C within a second kills the step"),
+                          "salloc": (W, "srun option")},
+    "interactive": {"srun": (W, "not supported"), "salloc": (W, "srun option")},
+    "threads": {"srun": (I, "srun's own launch threads"), "salloc": (W, "srun option")},
+    "slurmd-debug": {"srun": (I, "debug level of slurmd"), "salloc": (W, "srun option")},
+}
+
+
+def lookup(command: str, option: str) -> tuple[str, str] | None:
+    """(status, note) of ``--option`` for ``command``, or None when it has none."""
+    got = STATUS.get(option)
+    if isinstance(got, dict):
+        return got.get(command)
+    return got
+
+
+def warnings_for(command: str, options) -> list[str]:
+    """The warning lines for the long option names in ``options`` (each once, in order)."""
+    out = []
+    for opt in dict.fromkeys(options):
+        st = lookup(command, opt)
+        if st is not None and st[0] == W:
+            out.append(f"{command}: warning: --{opt} is not supported by Muster: {st[1]}; "
+                       "ignored")
+    return out
+
+
+_CONTROLLER_REFUSES = {"licenses"}  # the controller answers with Slurm's errstr
+
+
+def check(command: str, options) -> list[str]:
+    """The warnings for the options used (long names); raises CliExit (exit 1) for the first
+    option the command refuses itself."""
+    for opt in options:
+        st = lookup(command, opt)
+        if st is not None and st[0] == R and opt not in _CONTROLLER_REFUSES:
+            from muster.cli.getopt import CliExit
+            raise CliExit([f"{command}: error: --{opt} is not supported by Muster: {st[1]}"], 1)
+    return warnings_for(command, options)
+
+
+def parser_specs(command: str) -> list:
+    """The OptSpecs of the command's parser, in table order."""
+    if command == "sbatch":
+        from muster.cli.jobopts import SBATCH_PARSER
+        return list(SBATCH_PARSER.specs)
+    from muster.cli import srun
+    return list(srun._parser()[0].specs)
+
+
+def _name(spec) -> str:
+    parts = [f"`-{spec.short}`"] if spec.short else []
+    parts += [f"`--{n}`" for n in spec.longs]
+    return ", ".join(parts)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render() -> str:
+    """docs/options.md."""
+    lines = [
+        "# Options of sbatch, srun and salloc",
+        "",
+        "Generated by `python -m muster.cli.optstatus > docs/options.md` from",
+        "`src/muster/cli/optstatus.py` and the commands' option parsers; "
+        "`tests/unit/test_optstatus.py`",
+        "checks that every option has a row and that this file is current.",
+        "",
+        "* **honoured** — the option has its Slurm meaning (notes give Muster's details);",
+        "* **warned** — accepted, not honoured: the command prints "
+        "`<prog>: warning: --<option> is not supported by Muster: <why>; ignored`;",
+        "* **refused** — the command (or the controller, with Slurm's message) refuses the "
+        "request;",
+        "* **ignored** — accepted silently: it cannot change the outcome here (why in the "
+        "notes).",
+        "",
+        "srun inside an allocation runs a step: job options (partition, account, time, "
+        "constraint, mail, deadline, nice, …) apply when srun or salloc creates the "
+        "allocation. salloc reads srun's options; srun's own options have no use there.",
+        "",
+    ]
+    for cmd, title in (("sbatch", "sbatch"), ("srun", "srun and salloc")):
+        lines += [f"## {title}", ""]
+        if cmd == "srun":
+            lines += ["| option | srun | salloc | notes |", "|---|---|---|---|"]
+        else:
+            lines += ["| option | sbatch | notes |", "|---|---|---|"]
+        for spec in sorted(parser_specs(cmd), key=lambda s: (s.long or s.short).lower()):
+            opt = spec.long
+            if cmd == "srun":
+                a = lookup("srun", opt) or ("?", "")
+                b = lookup("salloc", opt) or ("?", "")
+                note = a[1] if a[1] == b[1] or not b[1] else \
+                    "; ".join(x for x in (f"srun: {a[1]}" if a[1] else "",
+                                          f"salloc: {b[1]}") if x)
+                lines.append(f"| {_name(spec)} | {a[0]} | {b[0]} | {_cell(note)} |")
+            else:
+                a = lookup("sbatch", opt) or ("?", "")
+                lines.append(f"| {_name(spec)} | {a[0]} | {_cell(a[1])} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())
