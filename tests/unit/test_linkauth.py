@@ -137,3 +137,30 @@ def test_rotation_handshake_uses_a_shared_key():
     assert r.verify(auth) and r.key == K
     i, r, auth = _handshake([K], [K2, K])  # the responder has both
     assert r.verify(auth) and r.key == K
+
+
+def test_hmac256_is_the_standard_hmac_sha256():
+    """linkauth's HMAC (builtin SHA-256, precomputed pads: srun must not load OpenSSL) equals the
+    standard library's for every key length around the block size, and RFC 4231's vectors."""
+    import hashlib
+    import hmac
+    import os
+
+    for n in (0, 1, 20, 32, 63, 64, 65, 131):
+        key, msg = os.urandom(n), os.urandom(n * 3 + 1)
+        assert la.Hmac256(key).digest(msg[:5], msg[5:]) == hmac.new(key, msg, hashlib.sha256).digest()
+    # RFC 4231 test cases 1 and 6 (a key longer than the block)
+    assert la.Hmac256(b"\x0b" * 20).digest(b"Hi There").hex() == (
+        "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7")
+    assert la.Hmac256(b"\xaa" * 131).digest(
+        b"Test Using Larger Than Block-Size Key - Hash Key First").hex() == (
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54")
+
+
+def test_srun_does_not_load_openssl():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", "import sys, muster.cli.srun; "
+                          "print('_hashlib' in sys.modules, 'hashlib' in sys.modules)"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
