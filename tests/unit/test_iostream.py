@@ -81,3 +81,20 @@ def test_step_key():
     for bad in (None, 5, "ab" * 8, "zz" * 32):
         with pytest.raises(ValueError):
             io.step_key(bad)
+
+
+def test_winsize_frames_are_sealed_and_checked():
+    """srun --pty's WINSIZE: a frame kind the decoder accepts (sealed like every other) and a
+    payload that is exactly two 16-bit sizes, clamped when built."""
+    sealer, dec = _sealed_pair()
+    dec.feed(io.seal(sealer, io.WINSIZE, 0, io.winsize(40, 120)))
+    [(kind, _, payload)] = list(dec.frames())
+    assert kind == io.WINSIZE and io.winsize_of(payload) == (40, 120)
+    assert io.winsize_of(io.winsize(-1, 1 << 20)) == (0, 0xFFFF)
+    for bad in (b"", b"\x00\x01\x02", b"\x00" * 5):
+        with pytest.raises(io.FrameError):
+            io.winsize_of(bad)
+    dec = io.Decoder()
+    dec.feed(io.HEAD.pack(io.LAST_KIND + 1, 0, 0))
+    with pytest.raises(io.FrameError):
+        list(dec.frames())

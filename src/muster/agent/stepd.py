@@ -7,18 +7,27 @@ proof, then every frame sealed), forwards each task's stdout/stderr, feeds stdin
 chosen task(s), relays signals srun sends, and reports every task's exit status — to srun over
 the stream, and to the agent through ``status.json`` in its spool directory.
 
+``srun --pty``: task 0 runs on a pseudo-terminal (:meth:`_StepD._start_on_pty`): the slave is its
+stdin/stdout/stderr and its controlling terminal, the master is read like an output pipe
+(STDOUT frames), STDIN frames are written to it and WINSIZE frames resize it. The other tasks
+get /dev/null for stdin, stdout and stderr (Slurm's ``--pty`` semantics).
+
 If srun's connection cannot be opened or is lost, the tasks are killed: nobody could see their
 output or collect their status (Slurm kills such steps too).
 """
 
 from __future__ import annotations
 
+import fcntl
+import grp
 import json
 import os
 import selectors
 import signal
 import subprocess
 import socket
+import struct
+import termios
 import time
 
 from muster.agent.supervisor import (_WORKDIR, _AsUser, forked_main, user_open, workdir_args,
@@ -30,6 +39,7 @@ from muster.common.patterns import expand_pattern
 from muster.controller.jobenv import TORCH_MARKER, torch_marker
 
 HOLD_MAX = 1 << 20  # output bytes held for srun while it has not proved itself yet
+PTY_FEED_MAX = 1 << 20  # typed bytes queued for a pty whose task does not read; more are dropped
 WHY_TEXT = {"cancel": "", "timeout": " DUE TO TIME LIMIT", "node_fail": " DUE TO NODE FAILURE",
             "requeue": " DUE TO JOB REQUEUE", "preempt": " DUE TO PREEMPTION"}
 
@@ -40,13 +50,19 @@ def run_stepd(spool: str, L: dict, node: str) -> None:
 
 
 class _Task:
-    __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig")
+    """One task. ``tty``: it runs on a pty whose master is ``out`` (while open); ``feed``: stdin
+    bytes the master has not taken yet."""
+
+    __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig", "tty",
+                 "feed")
 
     def __init__(self, tid: int, local: int):
         self.tid, self.local = tid, local
         self.pid = self.pidfd = self.out = self.err = self.inp = None
         self.status = None
         self.sig = 0
+        self.tty = False
+        self.feed = bytearray()
 
 
 class _StepD:
@@ -192,29 +208,11 @@ class _StepD:
 
     def _spawn(self, t: _Task) -> None:
         L = self.L
-        out_r = out_w = err_r = err_w = in_r = in_w = None
-        files = {}
-        for key in ("output", "error", "input"):
-            pat = L.get(key)
-            if pat:
-                files[key] = expand_pattern(pat, job_id=L["job_id"], array_job_id=L.get("array_job_id"),
-                                            array_task_id=L.get("array_task_id"), user=L["user"],
-                                            name=L.get("job_name", ""), node=self.node,
-                                            step=str(L["step_id"]), task=t.tid,
-                                            node_index=L.get("node_index", 0))
-        if "output" not in files:
-            out_r, out_w = os.pipe()
-        if "error" not in files and not L.get("error_to_output"):
-            err_r, err_w = os.pipe()
-        target = L.get("stdin_target", 0)
-        wants_stdin = "input" not in files and (target == "all" or target == t.tid)
-        if wants_stdin:
-            in_r, in_w = os.pipe()
         env = task_env(L["env"], L, t.local, t.tid)
-        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node)
-        for fd in (out_w, err_w, in_r):
-            if fd is not None:
-                os.close(fd)
+        if L.get("pty") and t.tid == 0:
+            pid, out_r, err_r, in_w = self._start_on_pty(t, env)
+        else:
+            pid, out_r, err_r, in_w = self._start_on_pipes(t, env)
         if pid is None:  # could not even start the wrapper: report the task as failed
             pid = os.fork()
             if pid == 0:
@@ -232,6 +230,85 @@ class _StepD:
             self.sel.register(err_r, selectors.EVENT_READ, ("err", t))
         t.inp = in_w
         self.tasks.append(t)
+
+    def _task_files(self, t: _Task) -> dict:
+        """The task's -o/-e/-i files, expanded. In a --pty step every task but task 0 (which has
+        the pty) gets /dev/null for all three, as with Slurm."""
+        L = self.L
+        if L.get("pty"):
+            return dict.fromkeys(("output", "error", "input"), "/dev/null")
+        files = {}
+        for key in ("output", "error", "input"):
+            pat = L.get(key)
+            if pat:
+                files[key] = expand_pattern(pat, job_id=L["job_id"], array_job_id=L.get("array_job_id"),
+                                            array_task_id=L.get("array_task_id"), user=L["user"],
+                                            name=L.get("job_name", ""), node=self.node,
+                                            step=str(L["step_id"]), task=t.tid,
+                                            node_index=L.get("node_index", 0))
+        return files
+
+    def _start_on_pipes(self, t: _Task, env: dict):
+        """Start a task whose stdio are its files or pipes to us: (pid or None, read end of
+        its stdout, of its stderr, write end of its stdin), each None when not ours."""
+        L = self.L
+        out_r = out_w = err_r = err_w = in_r = in_w = None
+        files = self._task_files(t)
+        if "output" not in files:
+            out_r, out_w = os.pipe()
+        if "error" not in files and not L.get("error_to_output"):
+            err_r, err_w = os.pipe()
+        target = L.get("stdin_target", 0)
+        wants_stdin = "input" not in files and (target == "all" or target == t.tid)
+        if wants_stdin:
+            in_r, in_w = os.pipe()
+        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node)
+        for fd in (out_w, err_w, in_r):
+            if fd is not None:
+                os.close(fd)
+        return pid, out_r, err_r, in_w
+
+    def _start_on_pty(self, t: _Task, env: dict):
+        """Start task 0 of a --pty step on a new pseudo-terminal: (pid or None, master, None,
+        None); the master is its output and takes its input (:meth:`_feed_pty`).
+
+        Security: openpty() hands out both ends as descriptors (no path the user controls is
+        followed) and opens the slave O_NOCTTY, so it never becomes the step daemon's
+        controlling terminal. The slave is given to the job's user as login does (owner, group
+        tty, 0620): the task's wrapper reopens it through /proc/self/fd/0 — as the user, a
+        session leader, without O_NOCTTY — which makes it the task's controlling terminal
+        (job control, ^C/^Z through the line discipline). Our copy is closed once the task
+        holds it, so the master reads EOF (EIO) when the task's session is gone. The initial
+        size comes from srun's SLURM_PTY_WIN_ROW/COL, as with Slurm."""
+        try:
+            master, slave = os.openpty()
+        except OSError as exc:  # out of ptys or descriptors: the task fails, saying why
+            self._send(io.pack(io.STDERR, t.tid, f"slurmstepd-{self.node}: error: openpty: "
+                                                 f"{exc.strerror}\n".encode()))
+            return None, None, None, None
+        try:
+            self._own_tty(slave)
+            _set_winsize(master, _env_size(env, "SLURM_PTY_WIN_ROW"),
+                         _env_size(env, "SLURM_PTY_WIN_COL"))
+            pid = _start_task(self.L, env, {}, slave, slave, slave, self.node, ctty=True)
+        except OSError as exc:
+            os.write(slave, f"slurmstepd-{self.node}: error: {exc}\r\n".encode())
+            pid = None
+        finally:
+            os.close(slave)
+        t.tty = True
+        return pid, master, None, None
+
+    def _own_tty(self, fd: int) -> None:
+        """Give the slave to the job's user (fchown/fchmod: through the descriptor)."""
+        if os.getuid() != 0:
+            return
+        try:
+            gid, mode = grp.getgrnam("tty").gr_gid, 0o620
+        except KeyError:
+            gid, mode = self.L["gid"], 0o600
+        os.fchown(fd, self.L["uid"], gid)
+        os.fchmod(fd, mode)
 
     # ---- main loop -----------------------------------------------------------------------------
     def _send(self, data: bytes, payload: bytes = b"") -> None:
@@ -316,7 +393,10 @@ class _StepD:
             for key, mask in self.sel.select(timeout):
                 kind, t = key.data
                 if kind == "out" or kind == "err":
-                    self._pump(t, kind)
+                    if mask & selectors.EVENT_WRITE:
+                        self._feed_pty(t)  # a pty's master: typed input it can take now
+                    if mask & selectors.EVENT_READ:
+                        self._pump(t, kind)
                 elif kind == "exit":
                     self._reap(t)
                 elif kind == "srun":
@@ -341,7 +421,7 @@ class _StepD:
                 # holding stdout open) dies with the step, as in Slurm's step container; then
                 # the pipes reach EOF once their buffered output has been read
                 for t in self.tasks:
-                    _killpg(t.pid, signal.SIGKILL)
+                    _kill_leftovers(t)
                 self.drain_until = time.time() + 5
             elif self.drain_until is not None and time.time() >= self.drain_until:
                 # a process that left the task's session still holds a pipe: stop waiting
@@ -356,7 +436,7 @@ class _StepD:
                             setattr(t, kind, None)
                     self._maybe_exit_frame(t)
         for t in self.tasks:
-            _killpg(t.pid, signal.SIGKILL)  # leftovers in the tasks' sessions
+            _kill_leftovers(t)  # leftovers in the tasks' sessions
         self._send(io.pack(io.DONE, 0, json.dumps({"node": self.node}).encode()))
         if self.sock is not None:
             self.sock.setblocking(True)
@@ -436,12 +516,17 @@ class _StepD:
                     self._stdin(kind, task, payload)
                 elif kind == io.SIGNAL:
                     self._signal_from_srun(payload)
+                elif kind == io.WINSIZE:
+                    self._resize(*io.winsize_of(payload))
         except (ValueError, LinkAuthError):
             self._lost_srun()
 
     def _stdin(self, kind: int, task: int, payload: bytes) -> None:
         for t in self.tasks:
-            if t.inp is not None and (task == io.ALL_TASKS or task == t.tid):
+            if t.tty and kind == io.STDIN and (task == io.ALL_TASKS or task == t.tid):
+                # a terminal has no end of input: ^D typed by the user is one more byte
+                self._feed_pty(t, payload)
+            elif t.inp is not None and (task == io.ALL_TASKS or task == t.tid):
                 if kind == io.STDIN_EOF:
                     os.close(t.inp)
                     t.inp = None
@@ -450,6 +535,36 @@ class _StepD:
                         os.write(t.inp, payload)
                     except OSError:
                         pass
+
+    def _feed_pty(self, t: _Task, data: bytes = b"") -> None:
+        """Write typed input to a pty's master without ever blocking the step daemon: what it
+        does not take now waits in ``t.feed`` (at most PTY_FEED_MAX bytes: a task that never
+        reads its terminal loses the excess, as keystrokes into a full tty queue would) and
+        the master is watched for writability until that is written."""
+        fd = t.out
+        if not t.tty or fd is None:
+            return  # the terminal is gone
+        if data:
+            t.feed += data[:max(0, PTY_FEED_MAX - len(t.feed))]
+        while t.feed:
+            try:
+                n = os.write(fd, t.feed)
+            except BlockingIOError:
+                break
+            except OSError:
+                t.feed.clear()
+                break
+            del t.feed[:n]
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if t.feed else 0)
+        if self.sel.get_key(fd).events != events:
+            self.sel.modify(fd, events, ("out", t))
+
+    def _resize(self, rows: int, cols: int) -> None:
+        """srun's terminal changed size: resize the pty (the kernel sends SIGWINCH to the
+        task's foreground process group)."""
+        for t in self.tasks:
+            if t.tty and t.out is not None:
+                _set_winsize(t.out, rows, cols)
 
     def _signal_from_srun(self, payload: bytes) -> None:
         msg = json.loads(payload)
@@ -507,6 +622,50 @@ def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
     return env
 
 
+def _env_size(env: dict, name: str) -> int:
+    """A terminal dimension from the task's environment; 0 when absent or not one."""
+    v = env.get(name, "")
+    return int(v) if v.isdigit() and len(v) < 6 and int(v) <= 0xFFFF else 0
+
+
+def _set_winsize(fd: int, rows: int, cols: int) -> None:
+    """TIOCSWINSZ on a pty's master (the slave's size); nothing for an unknown size."""
+    if rows and cols:
+        try:
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        except OSError:
+            pass
+
+
+def _kill_leftovers(t: _Task) -> None:
+    """SIGKILL what is left of a task: its process group and, for a pty task, every process of
+    its session (a shell with job control puts each job in a group of its own; a session id
+    is not reused while any process holds it, so nothing else can be hit)."""
+    _killpg(t.pid, signal.SIGKILL)
+    if t.tty and t.pid:
+        for pid in _session_members(t.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def _session_members(sid: int) -> list[int]:
+    """Pids whose session id is ``sid`` (/proc/<pid>/stat, the kernel's: no user path)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 3 and fields[3] == str(sid).encode():  # state ppid pgrp session
+            found.append(int(name))
+    return found
+
+
 def _killpg(pid: int | None, sig: int) -> None:
     if not pid:
         return
@@ -524,12 +683,19 @@ _TASK_WRAPPER = (
     'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + _WORKDIR +
     'command -v "$0" >/dev/null 2>&1 || { printf "slurmstepd-%s: error: execve(): %s: No such '
     'file or directory\\n" "$SLURMD_NODENAME" "$0" >&2; exit 2; }; exec "$0" "$@"')
+# A --pty task's wrapper first makes its terminal (fd 0, a pty slave the user owns) its
+# controlling terminal: a session leader without one acquires the tty it opens without
+# O_NOCTTY, and reopening /proc/self/fd/0 as the user (the shell's own redirection, for the
+# duration of ``:``) is such an open — no Python in the child, no preexec_fn.
+_PTY_TASK_WRAPPER = 'command : 2>/dev/null </proc/self/fd/0; ' + _TASK_WRAPPER
 
 
-def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) -> int | None:
+def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
+                ctty: bool = False) -> int | None:
     """Start one task as the job's user. Its -o/-e/-i files are opened with the user's ids
     (supervisor.user_open: no controlling tty, no blocking on a FIFO); the working directory
-    is entered by the task's wrapper after the identity switch."""
+    is entered by the task's wrapper after the identity switch. ``ctty``: its stdin is a
+    pty slave, to become its controlling terminal (_PTY_TASK_WRAPPER)."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     # relative -o/-e/-i names are relative to the step's working directory (the task's cwd)
@@ -562,7 +728,8 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str) 
         elif os.getuid() not in (0, uid):
             raise PermissionError("agent cannot switch to the job's user")
         argv = L["argv"]
-        proc = subprocess.Popen(["/bin/sh", "-c", _TASK_WRAPPER, argv[0],
+        wrapper = _PTY_TASK_WRAPPER if ctty else _TASK_WRAPPER
+        proc = subprocess.Popen(["/bin/sh", "-c", wrapper, argv[0],
                                  *workdir_args(L["cwd"], env), *argv[1:]], stdin=in_r,
                                 stdout=out_w, stderr=err_w, cwd="/", env=env,
                                 start_new_session=True, umask=L.get("umask", 0o022),

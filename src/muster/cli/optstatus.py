@@ -121,7 +121,7 @@ STATUS: dict[str, object] = {
     "exact": {"srun": (H, "steps always get exactly the CPUs they ask for"),
               "salloc": (W, "srun option")},
     "jobid": {"srun": (H, ""), "salloc": (W, "srun option")},
-    "pty": {"srun": (W, "no pseudo-terminal: task 0's stdin/stdout are pipes"),
+    "pty": {"srun": (H, "task 0 on a pseudo-terminal; the other tasks' stdio is /dev/null"),
             "salloc": (W, "srun option")},
     "multi-prog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
     "het-group": {"srun": (R, "no heterogeneous jobs"), "salloc": (R, "no heterogeneous jobs")},

@@ -13,6 +13,14 @@ frame is sealed (muster.common.iostream). srun reassembles lines per task, so ta
 only at line boundaries; ``-l`` prefixes ``N: ``. Stdin goes to task 0 (``--input=all`` to
 every task).
 
+``--pty`` (stdin must be a terminal, else Slurm's "Not using a pseudo-terminal" and the step
+runs without one): task 0 runs on a pseudo-terminal on its node, the other tasks' stdio is
+/dev/null. srun puts its terminal in raw mode (output processing kept, as Slurm) for the run and
+restores it — and stdin's blocking flag — however the run ends; every byte typed, ^C and ^Z
+included, goes to the remote line discipline, which turns them into the remote foreground
+job's signals. The size travels in SLURM_PTY_WIN_ROW/COL at launch and in WINSIZE frames on
+SIGWINCH (and once on connecting, for a change made before); output is written unbuffered.
+
 Signals: SIGINT/SIGTERM/SIGHUP/SIGUSR1/SIGUSR2 are forwarded to the tasks; a second Ctrl-C
 within one second kills the step. Exit code: the highest task exit code, or 128+signal when a
 task was killed by a signal.
@@ -213,6 +221,9 @@ class StepIO:
     run out, the oldest that has not even sent a valid hello goes first — so hostile
     connections may slow srun down but cannot lock the step daemons out."""
 
+    winsize: bytes | None = None  # --pty: the terminal's size as a WINSIZE payload
+    wake_r: int | None = None      # --pty: signal wake-up pipe (signals are handled at once)
+
     def __init__(self, label: bool, ntasks: int, unbuffered: bool, addr: str = "127.0.0.1"):
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         self.lsock = socket.socket(family, socket.SOCK_STREAM)
@@ -306,6 +317,8 @@ class StepIO:
                 self._accept()
             elif kind == "stdin":
                 self._read_stdin()
+            elif kind == "wake":
+                self._drain_wake()
             elif self.peers.get(peer.sock) is peer:  # not closed earlier in this round
                 if mask & selectors.EVENT_WRITE:
                     self._flush(peer)
@@ -399,6 +412,8 @@ class StepIO:
         del self.unproven[peer.sock]
         if self.stdin_all or 0 in self.layout[node]:
             self.stdin_targets.append(peer)
+            if self.winsize:  # before any typed byte: a resize made while it connected
+                self._send(peer, io.WINSIZE, 0, self.winsize)
             for frame in self.pending_stdin:
                 self._send(peer, *frame)
             self._resume_stdin()
@@ -481,6 +496,28 @@ class StepIO:
         if not peer.out:
             self.sel.modify(peer.sock, selectors.EVENT_READ, ("peer", peer))
             self._resume_stdin()
+
+    # --pty --------------------------------------------------------------------------------------
+    def wake_on_signals(self) -> None:
+        """Make a signal end :meth:`poll`'s wait (signal.set_wakeup_fd): a resize or an
+        interrupt is acted on at once, not at the next timeout."""
+        self.wake_r, w = os.pipe()
+        for fd in (self.wake_r, w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(w)
+        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+
+    def _drain_wake(self) -> None:
+        try:
+            os.read(self.wake_r, 4096)
+        except OSError:
+            pass
+
+    def send_winsize(self, rows: int, cols: int) -> None:
+        """The terminal's new size, to task 0's node (kept for a node still connecting)."""
+        self.winsize = io.winsize(rows, cols)
+        for peer in self.stdin_targets:
+            self._send(peer, io.WINSIZE, 0, self.winsize)
 
     # stdin ------------------------------------------------------------------------------------
     stdin_all = False
@@ -642,6 +679,78 @@ def _step_request(inv: Invocation, env: dict, inside: bool) -> dict:
     return step
 
 
+def _terminal_size(fd: int) -> tuple[int, int] | None:
+    """(rows, cols) of the terminal on ``fd``; None, after Slurm's error line, when it is not
+    one."""
+    import fcntl
+    import struct
+    import termios
+    try:
+        rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8)))
+    except OSError as exc:
+        sys.stderr.write(f"srun: error: ioctl(TIOCGWINSZ): {os.strerror(exc.errno)}\n")
+        return None
+    return rows, cols
+
+
+class _Terminal:
+    """srun --pty's local terminal: :meth:`raw` for the run, :meth:`restore` after it (modes
+    and the blocking flag stdin had when this was made; safe to call twice or without raw).
+    Raw is cfmakeraw's with output processing kept, as Slurm: srun's own messages still end
+    their lines. ``active``: the one in raw mode, which _main's ``finally`` restores however
+    the step ends (an exception, a broken pipe)."""
+
+    active: "_Terminal | None" = None
+
+    def __init__(self, fd: int):
+        import termios
+        self.fd = fd
+        self.saved = termios.tcgetattr(fd)
+        self.blocking = os.get_blocking(fd)
+        self.is_raw = False
+
+    def raw(self) -> None:
+        import termios as T
+        attrs = T.tcgetattr(self.fd)
+        attrs[0] &= ~(T.IGNBRK | T.BRKINT | T.PARMRK | T.ISTRIP | T.INLCR | T.IGNCR | T.ICRNL | T.IXON)
+        attrs[1] |= T.OPOST
+        attrs[2] = (attrs[2] & ~(T.CSIZE | T.PARENB)) | T.CS8
+        attrs[3] &= ~(T.ECHO | T.ECHONL | T.ICANON | T.ISIG | T.IEXTEN)
+        attrs[6][T.VMIN], attrs[6][T.VTIME] = 1, 0
+        _Terminal.active = self
+        T.tcsetattr(self.fd, T.TCSANOW, attrs)
+        self.is_raw = True
+
+    def restore(self) -> None:
+        import termios
+        try:
+            if self.is_raw:
+                termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
+            os.set_blocking(self.fd, self.blocking)
+        except (OSError, termios.error):
+            pass
+        self.is_raw = False
+        _Terminal.active = None
+
+
+def _setup_pty(step: dict, step_env: dict):
+    """--pty: (the terminal, its (rows, cols)) and the step request and environment set for
+    it — task 0's stdin, no -i/-o/-e files (Slurm forces them to task 0), the initial size in
+    SLURM_PTY_WIN_ROW/COL; (None, None) when stdin is not a terminal."""
+    import termios
+    size = _terminal_size(0)
+    try:
+        term = _Terminal(0) if size else None
+    except termios.error:
+        term = None
+    if term is None:
+        sys.stderr.write("srun: error: Not using a pseudo-terminal, disregarding --pty option\n")
+        return None, None
+    step.update(pty=True, stdin_target=0, output=None, error=None, input=None)
+    step_env["SLURM_PTY_WIN_ROW"], step_env["SLURM_PTY_WIN_COL"] = map(str, size)
+    return term, size
+
+
 def _io_pattern(value: str | None) -> str | None:
     if value is None or value in ("all", "none") or value.isdigit():
         return None
@@ -700,6 +809,8 @@ def _main() -> int:
     try:
         code = _run_step(ctl, job_id, inv, step_env, inside, quiet)
     finally:
+        if _Terminal.active is not None:
+            _Terminal.active.restore()
         if own_allocation:
             try:
                 ctl.call({"op": "release_alloc", "job_id": job_id, "exit_code": min(code, 255),
@@ -736,6 +847,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     label = _flag(s.get("label"), os.environ, "SLURM_LABELIO")
     step = _step_request(inv, os.environ if inside else {}, inside)
     step["label"] = label
+    term, size = _setup_pty(step, step_env) if s.get("pty") else (None, None)
     kb = s.get("kill_on_bad_exit")
     kill_bad = (kb is True or kb == "1") if kb is not None else _flag(None, os.environ, "SLURM_KILL_BAD_EXIT")
     stdin_target = step["stdin_target"]
@@ -747,7 +859,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
               "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"):
         step_env.pop(k, None)
     step["env"] = step_env
-    sio = StepIO(label, 1, bool(s.get("unbuffered")), _io_address(ctl.sock))
+    sio = StepIO(label, 1, bool(s.get("unbuffered")) or term is not None, _io_address(ctl.sock))
     step["io_port"] = sio.port
     delay = 0.05
     announced = False
@@ -789,6 +901,10 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGQUIT):
         signal.signal(sig, handler)
+    if term is not None:
+        sio.winsize = io.winsize(*size)
+        signal.signal(signal.SIGWINCH, handler)
+        sio.wake_on_signals()
     reported_lost: set[str] = set()
 
     def report_lost():
@@ -806,6 +922,8 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
 
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
     next_check = 0.0
+    if term is not None:
+        term.raw()  # restored below, or by _main's finally whatever happens
     while not sio.finished():
         sio.poll(0 if sio.stdin_ready() else 0.2)
         sio.pump_stdin_file()
@@ -821,6 +939,10 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                     sys.stderr.write("srun: interrupt (one more within 1 sec to abort)\n")
                     sio.signal_tasks(signal.SIGINT)
                 state["last_int"] = now
+            elif sig == signal.SIGWINCH:
+                now_size = _terminal_size(0)
+                if now_size:
+                    sio.send_winsize(*now_size)
             else:
                 sio.signal_tasks(sig)
         connected = sio.claimed | sio.done_nodes | sio.suspect
@@ -843,6 +965,8 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     for t in list(sio.task_node):
         sio._flush_task(t)
     sys.stdout.flush()
+    if term is not None:
+        term.restore()
     return report_exits(sio.exits, sio.task_node, ntasks, sio.lost_nodes)
 
 

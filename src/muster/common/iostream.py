@@ -18,9 +18,10 @@ reordered or injected frame fails its check and the receiver closes the connecti
 
 Types after the handshake: STDOUT, STDERR (raw bytes), EXIT (json: exit_code, signal), DONE
 (json: node finished, every task reported) from the daemon; STDIN (to one task, or to
-``ALL_TASKS``), STDIN_EOF, SIGNAL (json: signal) from srun. Raw bytes travel as they are, so
-output needs no re-encoding; srun reassembles lines per task so interleaving happens only at
-line boundaries.
+``ALL_TASKS``), STDIN_EOF, SIGNAL (json: signal), WINSIZE (``srun --pty``: the terminal's
+rows and columns, two big-endian 16-bit numbers, for task 0's pseudo-terminal) from srun. Raw
+bytes travel as they are, so output needs no re-encoding; srun reassembles lines per task so
+interleaving happens only at line boundaries (a pty's output is passed on as it comes).
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import struct
 from muster.common import linkauth
 
 HEAD = struct.Struct(">BII")
-HELLO, STDOUT, STDERR, EXIT, STDIN, STDIN_EOF, SIGNAL, DONE = range(1, 9)
+HELLO, STDOUT, STDERR, EXIT, STDIN, STDIN_EOF, SIGNAL, DONE, WINSIZE = range(1, 10)
+LAST_KIND = WINSIZE
+WINSIZE_BODY = struct.Struct(">HH")
 MAX_PAYLOAD = 1 << 20
 ALL_TASKS = 0xFFFFFFFF
 ROLE = "step-io"
@@ -57,6 +60,18 @@ def step_key(text: object) -> bytes:
     if not isinstance(text, str) or len(text) < 32:
         raise ValueError("malformed step key")
     return bytes.fromhex(text)
+
+
+def winsize(rows: int, cols: int) -> bytes:
+    """A WINSIZE frame's payload (sizes clamped to what a terminal can hold)."""
+    return WINSIZE_BODY.pack(min(max(rows, 0), 0xFFFF), min(max(cols, 0), 0xFFFF))
+
+
+def winsize_of(payload: bytes) -> tuple[int, int]:
+    """(rows, cols) of a WINSIZE frame; FrameError if it is not one."""
+    if len(payload) != WINSIZE_BODY.size:
+        raise FrameError("malformed window size frame")
+    return WINSIZE_BODY.unpack(payload)
 
 
 def hello(msg: dict) -> bytes:
@@ -127,7 +142,7 @@ class Decoder:
         while self._end - self._start >= HEAD.size:
             pos = self._start
             kind, task, length = HEAD.unpack_from(buf, pos)
-            if length > self.limit or not HELLO <= kind <= DONE:
+            if length > self.limit or not HELLO <= kind <= LAST_KIND:
                 raise FrameError("malformed I/O frame")
             start = pos + HEAD.size
             end = start + length

@@ -66,7 +66,7 @@ STEP = {"argv": [STR], "env": OBJ, "name": STR, "cwd": STR, "io_port": PORT,
         "stdin_target": STDIN, "output": STR, "error": STR, "input": STR, "open_mode": STR,
         "umask": MODE, "distribution": STR, "label": BOOL, "overlap": BOOL,
         "gpus_explicit": BOOL, "nodelist": STR, "exclude": STR, "srun_pid": ID, "srun_host": STR,
-        "gpu_bind": STR}
+        "gpu_bind": STR, "pty": BOOL}
 RESV = {"name": STR, "users": [STR], "accounts": [STR], "flags": [STR], "nodes": [STR],
         "partition": STR, "start": INT, "end": INT, "duration": INT, "node_cnt": INT,
         "tres": OBJ}

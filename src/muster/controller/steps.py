@@ -194,7 +194,7 @@ class StepManager:
                 "open_mode": req.get("open_mode"), "umask": req.get("umask", job.umask),
                 "kill_wait": max(1, self.ctl.cfg.kill_wait), "node_index": idx,
                 "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
-                "torch_vars": list(torch_vars),
+                "torch_vars": list(torch_vars), "pty": bool(req.get("pty")),
             }
             self.ctl.send_to_node(node.name, msg)
         return {"step_id": step_id, "key": key, "nodes": nodes_expr, "ntasks": lay.ntasks,
