@@ -81,20 +81,20 @@ class _StepD:
         self.why: str | None = None
         self.drain_until: float | None = None  # set once every task has exited
 
-    def _on_term(self, signum, frame):
-        self.term_requested = True
+    def _wake(self) -> None:
         try:
             os.write(self.wake_w, b"x")
         except OSError:
             pass
 
+    def _on_term(self, signum, frame):
+        self.term_requested = True
+        self._wake()
+
     def _on_signals(self, signum, frame):
         """SIGUSR2 from the agent (Agent.signal_step): signals for the tasks are queued."""
         self.signals_requested = True
-        try:
-            os.write(self.wake_w, b"x")
-        except OSError:
-            pass
+        self._wake()
 
     def _deliver_signals(self) -> None:
         """Send the signals queued in ``signals`` since the last call, in order, to the process
