@@ -5,7 +5,10 @@ submit time and eligibility (its queue age) and takes the new value; invalid val
 refused with Slurm's message and the job is exactly as before; another user is refused, root
 and operators may do more; a running job's time limit may go down, not up (root: both ways);
 an update of an array id reaches its pending tasks and reports the running one; the running
-steps (srun's and the batch step) are listed in Slurm's layout.
+steps (srun's and the batch step) are listed in Slurm's layout. MinCPUsNode, Contiguous and
+WCKey (and sbatch/srun's --mincpus, --contiguous, --wckey) are stored, shown and honoured by
+placement; Contiguous follows slurmctld's permission rule (operators set it, owners may only
+clear it).
 """
 
 import re
@@ -14,6 +17,7 @@ import time
 import pytest
 
 import wire
+from muster.common.hostlist import expand
 from cluster import TEST_USER, TEST_USER2, private_cluster, user_exists, wait_for
 
 # fields the scheduler itself rewrites while a job waits: not the update's doing
@@ -26,7 +30,7 @@ def c():
     for u in (TEST_USER, TEST_USER2):
         if not user_exists(u):
             pytest.fail(f"test user {u} missing: `useradd -m {u}`")
-    with private_cluster("muster-upd-", nodes=2, gpus=4, cpus=8,
+    with private_cluster("muster-upd-", nodes=3, gpus=4, cpus=8,
                          partitions="gpu,debug:1:00:00") as cl:
         cl.ok("sacctmgr", "-i", "add", "qos", "high")
         yield cl
@@ -74,6 +78,9 @@ CASES = [
     (["Comment=for the record"], {"comment": "for the record"}),
     (["Nice=10"], {"nice": 10}),
     (["Requeue=0"], {"requeue": False}),
+    (["MinCPUsNode=4"], {"min_cpus_node": 4, "num_cpus": 4}),
+    (["MinC=2"], {"min_cpus_node": 2, "num_cpus": 2}),
+    (["WCKey=proj"], {"wckey": "proj"}),
     (["Dependency="], {"dependency": None}),
     # several at once, and scontrol's abbreviations and relative limits
     (["Partition=debug", "TimeLimit=20", "Comment=moved"],
@@ -158,6 +165,10 @@ REFUSED = [
     (["OverSubscribe=yes"], "slurm_update error: Access/permission denied"),
     (["TasksPerNode=2"], "slurm_update error: Access/permission denied"),
     (["Contiguous=yes"], "slurm_update error: Access/permission denied"),
+    (["Contiguous=no"], "slurm_update error: Access/permission denied"),  # nothing to clear
+    (["MinCPUsNode=64"],  # no node has 64 CPUs
+     "slurm_update error: Requested node configuration is not available"),
+    (["MinCPUsNode=0"], "slurm_update error: CPU count specification invalid"),
     (["Priority=7"], "slurm_update error: Job is in held state, pending scheduler release"),
     (["Bogus=1"], "Update of this parameter is not supported: Bogus=1\nRequest aborted"),
     (["Comment=kept?", "Partition=nosuch"], "slurm_update error: Invalid partition name specified"),
@@ -202,9 +213,6 @@ def test_another_user_is_refused_root_and_operators_may_do_more(c):
     assert (got["time_limit"], got["nice"], got["exclusive"], got["ntasks_per_node"],
             got["comment"]) == (120, -5, True, 1, "by root")
     assert "OverSubscribe=NO" in c.ok("scontrol", "show", "job", str(jid))
-    r = upd(c, jid, "Contiguous=yes", user=None)  # no contiguous placement here
-    assert (r.rc, r.err) == (1, "slurm_update error: Requested operation is presently "
-                                "disabled\n"), r
     c.ok("scancel", str(jid))
 
 
@@ -351,3 +359,148 @@ def test_show_step_lists_srun_and_batch_steps(c):
     c.wait_done(jid)
     wait_for(lambda: c.run(["scontrol", "show", "steps"]).out == "No job steps in the system\n",
              what="no steps left")
+
+
+# ---- MinCPUsNode, Contiguous, WCKey (and --mincpus, --contiguous, --wckey) ------------------
+
+LONG = 120  # seconds: generous waits for a loaded machine
+
+
+def sched_reason(c, jid) -> str:
+    """The job's reason once the scheduler has looked at it (not the submit-time "None")."""
+    def looked():
+        r = rec(c, jid)
+        return r["last_sched_eval"] is not None and r["reason"]
+    return wait_for(looked, LONG, what=f"job {jid} evaluated by the scheduler")
+
+
+def test_contiguous_permissions_owner_clears_operator_sets(c):
+    plain = held(c)
+    contig = held(c, "--contiguous", "-N2")
+    assert rec(c, contig)["contiguous"] is True
+    show = c.ok("scontrol", "show", "job", str(contig))
+    assert "Contiguous=1 " in show and "Contiguous=0 " in c.ok("scontrol", "show", "job",
+                                                               str(plain))
+    # the owner may not set it, nor set it again, nor clear what is not set
+    for jid, change in ((plain, "Contiguous=yes"), (plain, "Contiguous=no"),
+                        (contig, "Contiguous=yes")):
+        r = upd(c, jid, change)
+        assert (r.rc, r.err) == (1, "slurm_update error: Access/permission denied\n"), (change, r)
+    r = upd(c, contig, "Contiguous=no", user=TEST_USER2)  # not the owner
+    assert (r.rc, r.err) == (1, "slurm_update error: Access/permission denied\n"), r
+    assert (rec(c, plain)["contiguous"], rec(c, contig)["contiguous"]) == (False, True)
+    # the owner clears it; an operator sets it (root) and clears it
+    assert upd(c, contig, "Contiguous=no").rc == 0
+    assert rec(c, contig)["contiguous"] is False
+    r = upd(c, plain, "Contig=yes", user=None)
+    assert (r.rc, r.err) == (0, ""), r
+    assert rec(c, plain)["contiguous"] is True
+    assert c.ok("squeue", "-h", "-j", str(plain), "-o", "%O") == "1\n"
+    assert upd(c, plain, "Contiguous=no", user=None).rc == 0
+    assert rec(c, plain)["contiguous"] is False
+    c.ok("scancel", str(plain), str(contig))
+
+
+def test_pending_only_fields_refused_on_a_running_job(c):
+    jid = c.sbatch("--mem=100", "--wrap", "sleep 300", user=TEST_USER, cwd=c.workdir)
+    c.wait_state(jid, "RUNNING", timeout=LONG)
+    before = stable(rec(c, jid))
+    for change, user in (("MinCPUsNode=2", TEST_USER), ("WCKey=x", TEST_USER),
+                         ("Contiguous=yes", None)):
+        r = upd(c, jid, change, user=user)
+        assert (r.rc, r.err) == (1, "slurm_update error: Job is no longer pending "
+                                    "execution\n"), (change, r)
+    assert stable(rec(c, jid)) == before
+    c.ok("scancel", str(jid))
+
+
+def test_wckey_is_stored_shown_updated_and_accounted(c):
+    jid = held(c, "--wckey=proj")
+    assert rec(c, jid)["wckey"] == "proj"
+    assert "   WCKey=proj\n" in c.ok("scontrol", "show", "job", str(jid))
+    assert c.ok("squeue", "-h", "-j", str(jid), "-o", "%w|%O") == "proj|0\n"
+    assert c.ok("squeue", "-h", "-j", str(jid), "-O", "wckey").strip() == "proj"
+    import json
+    doc = json.loads(c.ok("squeue", "--json", "-j", str(jid)))
+    assert [j["wckey"] for j in doc["jobs"]] == ["proj"]
+    assert upd(c, jid, "WCKey=other").rc == 0
+    assert rec(c, jid)["wckey"] == "other"
+    assert upd(c, jid, "WCKey=").rc == 0  # empty clears it
+    assert rec(c, jid)["wckey"] is None
+    assert "WCKey=" not in c.ok("scontrol", "show", "job", str(jid))
+    assert c.ok("squeue", "-h", "-j", str(jid), "-o", "%w") == "(null)\n"
+    c.ok("scancel", str(jid))
+    done = c.sbatch("--wckey=acct-key", "--mem=100", "--wrap", "true", user=TEST_USER,
+                    cwd=c.workdir)
+    c.wait_done(done, timeout=LONG)
+    assert c.ok("sacct", "-j", str(done), "-X", "-n", "-P", "-o", "JobID,WCKey") == \
+        f"{done}|acct-key\n"
+
+
+def test_mincpus_is_shown_and_placement_needs_that_many_free_cpus(c):
+    # node1 keeps 6 of its 8 CPUs busy: 2 free
+    busy = c.sbatch("-w", "node1", "-c", "6", "--mem=100", "--wrap", "sleep 300",
+                    user=TEST_USER, cwd=c.workdir)
+    c.wait_state(busy, "RUNNING", timeout=LONG)
+    small = c.sbatch("-w", "node1", "--mincpus=2", "--mem=100", "--wrap", "sleep 300",
+                     user=TEST_USER, cwd=c.workdir)
+    c.wait_state(small, "RUNNING", timeout=LONG)
+    assert c.job(small)["cpus"] == "2"  # the job gets its minimum
+    big = c.sbatch("-w", "node1", "--mincpus=3", "--mem=100", "--wrap", "sleep 300",
+                   user=TEST_USER, cwd=c.workdir)
+    assert sched_reason(c, big) == "Resources"
+    r = rec(c, big)
+    assert (r["state"], r["min_cpus_node"], r["num_cpus"]) == ("PENDING", 3, 3)
+    assert "MinCPUsNode=3 " in c.ok("scontrol", "show", "job", str(big))
+    assert c.ok("squeue", "-h", "-j", str(big), "-o", "%c") == "3\n"
+    c.ok("scancel", str(small))  # 2 CPUs free again: still not 3
+    c.wait_done(small, timeout=LONG)
+    assert upd(c, big, "MinCPUsNode=2").rc == 0  # the owner lowers it: it fits now
+    c.wait_state(big, "RUNNING", timeout=LONG)
+    assert c.job(big)["cpus"] == "2"
+    c.ok("scancel", str(busy), str(big))
+    c.wait_done(busy, timeout=LONG)
+    c.wait_done(big, timeout=LONG)
+    r = c.run(["sbatch", "--mincpus=64", "--wrap", "true"], user=TEST_USER, cwd=c.workdir)
+    assert (r.rc, r.out, r.err) == (1, "", "sbatch: error: CPU count per node can not be "
+                                           "satisfied\nsbatch: error: Batch job submission "
+                                           "failed: Requested node configuration is not "
+                                           "available\n"), r
+
+
+def test_srun_takes_mincpus_contiguous_and_wckey_without_warnings(c):
+    r = c.run(["srun", "-N2", "--mincpus=3", "--contiguous", "--wckey=interactive",
+               "--mem=100", "sh", "-c", "echo $SLURM_JOB_ID"], user=TEST_USER, cwd=c.workdir,
+              timeout=LONG)
+    assert r.rc == 0 and r.err == "", r
+    jid = int(r.out.split()[0])
+    job = rec(c, jid)
+    assert (job["min_cpus_node"], job["contiguous"], job["wckey"]) == (3, True, "interactive")
+    assert job["node_list"] in ("node[1-2]", "node[2-3]")
+    assert c.job(jid)["cpus"] == "6"  # 3 on each node
+
+
+def test_contiguous_job_waits_for_the_middle_node(c):
+    """3 nodes; node2 busy. A 2-node job takes node1 and node3; a contiguous one waits with
+    reason Resources (squeue --start plans it on adjacent nodes) and starts on node[1-2] once
+    node2 is freed."""
+    blocker = c.sbatch("-w", "node2", "--exclusive", "-t", "10", "--wrap", "sleep 300",
+                       user=TEST_USER, cwd=c.workdir)
+    c.wait_state(blocker, "RUNNING", timeout=LONG)
+    plain = c.sbatch("-N2", "-t", "5", "--wrap", "sleep 300", user=TEST_USER, cwd=c.workdir)
+    c.wait_state(plain, "RUNNING", timeout=LONG)
+    assert rec(c, plain)["node_list"] == "node[1,3]"
+    c.ok("scancel", str(plain))
+    c.wait_done(plain, timeout=LONG)
+    contig = c.sbatch("-N2", "--contiguous", "-t", "5", "--wrap", "sleep 300",
+                      user=TEST_USER, cwd=c.workdir)
+    assert sched_reason(c, contig) == "Resources"
+    assert rec(c, contig)["state"] == "PENDING"
+    start = c.ok("squeue", "--start", "-h", "-j", str(contig), "-o", "%i %Y")
+    jid, planned = start.split()
+    assert (jid, expand(planned)) == (str(contig), ["node1", "node2"]), start
+    c.ok("scancel", str(blocker))
+    c.wait_state(contig, "RUNNING", timeout=LONG)
+    assert rec(c, contig)["node_list"] == "node[1-2]"
+    c.ok("scancel", str(contig))
+    c.wait_done(contig, timeout=LONG)

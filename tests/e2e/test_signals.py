@@ -80,7 +80,9 @@ def read(path):
 def marks(d: str, who: str) -> list[tuple[str, float]]:
     """(signal name, time) of each signal ``who`` received, in order."""
     out = []
-    for line in read(os.path.join(d, who)).splitlines():
+    text = read(os.path.join(d, who))
+    # only whole lines: the job may be writing the next mark while we read
+    for line in text[:text.rfind("\n") + 1].splitlines():
         name, _, t = line.partition(" ")
         if not name.startswith("node="):
             out.append((name, float(t)))

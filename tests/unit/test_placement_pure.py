@@ -187,9 +187,10 @@ def test_nice_lowers_priority_under_basic_and_multifactor():
     plan = schedule(snapshot(ns, jobs), replace(mf, weight_partition=1000))
     assert [s.job_id for s in plan.starts] == [11] and plan.priorities == {10: 900, 11: 1000}
     # multifactor without weights (Slurm 23.11's default): 0 - nice, at least 1: a positive
-    # nice cannot go below 1 (submission order stays), a negative one raises the job
+    # nice cannot go below 1, so the displayed priorities tie, and Muster's queue key breaks
+    # the tie by nice (docs/design.md "Priority and nice"); a negative nice raises the job
     plan = schedule(snapshot(ns, jobs), mf)
-    assert [s.job_id for s in plan.starts] == [10] and plan.priorities == {}
+    assert [s.job_id for s in plan.starts] == [11] and plan.priorities == {}
     boosted = [job(12, mem_per_cpu=1, submit_time=1), job(13, nice=-50, mem_per_cpu=1,
                                                          submit_time=2)]
     plan = schedule(snapshot(ns, boosted), mf)

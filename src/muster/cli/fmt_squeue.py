@@ -162,7 +162,8 @@ _CODES = {
     "L": ("TIME_LEFT", lambda j, n: _time_left(j, n)),
     "D": ("NODES", lambda j, n: str(j.get("num_nodes", 0))),
     "C": ("CPUS", lambda j, n: str(j.get("num_cpus", 0))),
-    "c": ("MIN_CPUS", lambda j, n: str(j.get("cpus_per_task") or 1)),
+    "c": ("MIN_CPUS", lambda j, n: str(max(j.get("cpus_per_task") or 1,
+                                          j.get("min_cpus_node") or 0))),
     "R": ("NODELIST(REASON)", lambda j, n: _reason_list(j)),
     "r": ("REASON", lambda j, n: j.get("reason") or "None"),
     "N": ("NODELIST", lambda j, n: j.get("node_list") or ""),
@@ -186,8 +187,8 @@ _CODES = {
     "x": ("EXC_NODES", lambda j, n: j.get("exc_nodes") or ""),
     "h": ("OVER_SUBSCRIBE", lambda j, n: "NO" if j.get("exclusive") else "OK"),
     "H": ("S:C:T", lambda j, n: "*:*:*"),
-    "O": ("CONTIGUOUS", lambda j, n: "0"),
-    "w": ("WCKEY", lambda j, n: "(null)"),
+    "O": ("CONTIGUOUS", lambda j, n: "1" if j.get("contiguous") else "0"),
+    "w": ("WCKEY", lambda j, n: _s(j.get("wckey"))),
 }
 
 # -O names (lower-case) -> (header, getter)
@@ -226,6 +227,8 @@ _LONG = {
     "prioritylong": ("PRIORITY", _CODES["Q"][1]),
     "dependency": ("DEPENDENCY", _CODES["E"][1]),
     "comment": ("COMMENT", _CODES["k"][1]),
+    "contiguous": ("CONTIGUOUS", _CODES["O"][1]),
+    "wckey": ("WCKEY", _CODES["w"][1]),
     "workdir": ("WORK_DIR", _CODES["Z"][1]),
     "command": ("COMMAND", _CODES["o"][1]),
     "reservation": ("RESERVATION", _CODES["v"][1]),

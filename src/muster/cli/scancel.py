@@ -6,7 +6,7 @@ import os
 import sys
 
 from muster.cli.client import call, run_main
-from muster.cli.getopt import NO_ARG, REQUIRED, CliExit, GetoptParser, OptSpec
+from muster.cli.getopt import REQUIRED, CliExit, GetoptParser, OptSpec
 
 PARSER = GetoptParser("scancel", [
     OptSpec("A", "account", REQUIRED), OptSpec("b", "batch"), OptSpec("f", "full"),
@@ -39,29 +39,40 @@ def parse_signal(s: str) -> int:
     raise CliExit([f"scancel: error: Invalid job signal: {s}"], 1)
 
 
-def _main() -> int:
-    opts, operands = PARSER.parse_into(sys.argv[1:])
-    env = os.environ
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
-              "               [-p partition] [-Q] [-q qos] [-R reservation] [-s signal | integer]\n"
-              "               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]\n"
-              "               [-V] [-v] [-w hosts...] [--wckey=wckey] [job_id[_array_id][.step_id]]")
-        return 0
-    jobs = []
+# Slurm's error numbers (slurm_errno.h) of the refusals scancel reports: it keeps the largest
+# it met and exit()s with it, so the shell sees the low 8 bits (ESLURM_ACCESS_DENIED 2002 →
+# 210, ESLURM_INVALID_JOB_ID 2017 → 225); its own "no such job" check counts 1.
+_ERRNO = {"access_denied": 2002, "invalid_user": 2010, "invalid_job_id": 2017,
+          "already_done": 2021}
+_MAX_ID = 2**32 - 1
+
+
+def _num(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def parse_ids(operands: list[str]) -> tuple[list[dict], list[dict]]:
+    """``job[_task][.step]`` operands (comma or space separated) → (jobs, steps): each a
+    ``{"job_id", "task"}`` reference, steps with ``"step_id"`` too."""
+    jobs, steps = [], []
     for tok in operands:
         for part in tok.replace(" ", ",").split(","):
             if not part:
                 continue
-            base = part.split(".")[0]
+            base, dot, step = part.partition(".")
             jid, _, task = base.partition("_")
-            if not jid.isdigit() or (task and not task.isdigit()):
+            if not _num(jid) or (task and not _num(task)) or (dot and not (
+                    _num(step) and max(int(jid), int(task or 0), int(step)) <= _MAX_ID)):
                 raise CliExit([f"scancel: error: Invalid job id {part}"], 1)
-            jobs.append({"job_id": int(jid), "task": int(task) if task else None})
+            ref = {"job_id": int(jid), "task": int(task) if task else None}
+            if dot:
+                steps.append({**ref, "step_id": int(step)})
+            else:
+                jobs.append(ref)
+    return jobs, steps
+
+
+def _filters(opts: dict, env) -> dict:
     filters = {}
     user = opts.get("user") or env.get("SCANCEL_USER")
     if opts.get("me"):
@@ -88,9 +99,37 @@ def _main() -> int:
     if opts.get("nodelist"):
         from muster.common.hostlist import expand
         filters["nodes"] = expand(opts["nodelist"])
-    if not jobs and not filters:
-        raise CliExit(["scancel: error: No job identification provided"], 1)
-    sig = parse_signal(opts["signal"]) if opts.get("signal") else None
+    return filters
+
+
+def _cancel_steps(steps: list[dict], sig: int | None, filters: dict, verbose, quiet) -> int:
+    """``J[_T].S``: those steps alone (``-b``/``-f`` are not sent: they never widen a step id
+    to its job). Messages and exit codes as Slurm's scancel (controller.stepkill): a job it
+    cannot find is its own check (exit 1, silent with ``-Q``); the controller's refusals
+    exit with Slurm's error number; a step already ending counts only for a signal."""
+    msg = {"op": "cancel", "signal": sig, "steps": steps}
+    if filters:
+        msg["filters"] = filters
+    reply = call(msg)
+    rc = 0
+    for err in reply.get("errors", []):
+        code = err["code"]
+        line = f"scancel: error: Kill job error on job step id {err['step']}: {err['error']}\n"
+        if code == "invalid_job_id" and not err.get("job_found"):
+            rc = max(rc, 1)
+            if quiet:
+                continue
+        elif code == "already_done":
+            rc = rc if sig in (None, 9) else max(rc, _ERRNO[code])
+            if not verbose:
+                continue
+        else:
+            rc = max(rc, _ERRNO.get(code, 1))
+        sys.stderr.write(line)
+    return rc
+
+
+def _cancel_jobs(jobs: list[dict], sig: int | None, filters: dict, opts: dict, env) -> int:
     scope = "full" if opts.get("full") or env.get("SCANCEL_FULL") else (
         "batch" if opts.get("batch") or env.get("SCANCEL_BATCH") else None)
     msg = {"op": "cancel", "signal": sig, "scope": scope}
@@ -98,8 +137,6 @@ def _main() -> int:
         msg["jobs"] = jobs
     if filters:
         msg["filters"] = filters
-        if not jobs:
-            msg.pop("jobs", None)
     verbose = opts.get("verbose") or env.get("SCANCEL_VERBOSE")
     from muster.common.errors import InvalidJobId
     code = 0
@@ -120,7 +157,7 @@ def _main() -> int:
     for err in reply.get("errors", []):
         if err["code"] == "access_denied":
             sys.stderr.write(f"scancel: error: Kill job error on job id {err['job']}: {err['error']}\n")
-            code = 210
+            code = max(code, _ERRNO["access_denied"])
         elif verbose or sig is not None:
             sys.stderr.write(f"scancel: error: Kill job error on job id {err['job']}: {err['error']}\n")
             code = code or 1
@@ -128,6 +165,33 @@ def _main() -> int:
         desc = ", ".join(f"{k}={v}" for k, v in filters.items())
         sys.stderr.write(f"scancel: error: No active jobs match ALL job filters, including: {desc}\n")
     return code
+
+
+def _main() -> int:
+    opts, operands = PARSER.parse_into(sys.argv[1:])
+    env = os.environ
+    if opts.get("version"):
+        from muster import SLURM_COMPAT_VERSION
+        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
+        return 0
+    if opts.get("help") or opts.get("usage"):
+        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
+              "               [-p partition] [-Q] [-q qos] [-R reservation] [-s signal | integer]\n"
+              "               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]\n"
+              "               [-V] [-v] [-w hosts...] [--wckey=wckey] [job_id[_array_id][.step_id]]")
+        return 0
+    jobs, steps = parse_ids(operands)
+    filters = _filters(opts, env)
+    if not jobs and not steps and not filters:
+        raise CliExit(["scancel: error: No job identification provided"], 1)
+    sig = parse_signal(opts["signal"]) if opts.get("signal") else None
+    rc = 0
+    if steps:
+        rc = _cancel_steps(steps, sig, filters, opts.get("verbose") or env.get("SCANCEL_VERBOSE"),
+                           opts.get("quiet"))
+    if jobs or not steps:  # filters alone select jobs; with step ids they only narrow them
+        rc = max(rc, _cancel_jobs(jobs, sig, filters, opts, env))
+    return rc & 0xFF
 
 
 def main() -> None:

@@ -22,12 +22,13 @@ CODE_FIELDS = {
     "i": _ARR, "A": _ARR, "F": _ARR, "K": _ARR, "j": ("name",), "u": ("user", "uid"),
     "U": ("uid",), "g": ("group", "gid"), "G": ("gid",), "a": ("account",), "q": ("qos",),
     "P": ("partition",), "t": (), "T": (), "M": _TIMES, "l": ("time_limit",), "L": _TIMES,
-    "D": ("num_nodes",), "C": ("num_cpus",), "c": ("cpus_per_task",),
+    "D": ("num_nodes",), "C": ("num_cpus",), "c": ("cpus_per_task", "min_cpus_node"),
     "R": ("reason", "reason_desc", "node_list"), "r": ("reason",), "N": ("node_list",),
     "S": _TIMES, "e": _TIMES, "V": ("submit_time",), "p": ("priority",), "Q": ("priority",),
     "E": ("dependency",), "k": ("comment",), "Z": ("work_dir",), "o": ("command",),
     "b": ("tres_per_node",), "Y": ("sched_nodes",), "y": ("nice",), "B": ("batch_host",),
-    "n": ("req_nodes",), "x": ("exc_nodes",), "h": ("exclusive",),
+    "n": ("req_nodes",), "x": ("exc_nodes",), "h": ("exclusive",), "O": ("contiguous",),
+    "w": ("wckey",),
 }
 
 

@@ -4,15 +4,20 @@ rules (slurmctld's ``_update_job``, 22.05/23.02) and Slurm's messages.
 Who may change what:
 
 * The job's request — Partition, Account, QOS, ReqNodeList/ExcNodeList, Gres, NumNodes,
-  NumTasks, CPUsPerTask, MinMemoryNode/CPU, TimeMin, Dependency, StartTime, Reservation —
-  only while it is PENDING ("Job is no longer pending execution"). Name, Comment, Nice,
-  Priority, Requeue and the time limit also while it runs. Shrinking a running job
+  NumTasks, CPUsPerTask, MinCPUsNode, MinMemoryNode/CPU, TimeMin, Dependency, StartTime,
+  Reservation, WCKey, Contiguous — only while it is PENDING ("Job is no longer pending
+  execution"). Name, Comment, Nice, Priority, Requeue and the time limit also while it
+  runs. Shrinking a running job
   (NumNodes, NodeList) is "Requested operation not supported on this system".
 * TimeLimit: lowering is everyone's; a pending job's limit may be raised by its owner up to
   its partition's MaxTime; anything more (raising a running job's limit, going past MaxTime)
   is for operators ("Access/permission denied"). ``+N``/``-N`` change it relatively.
 * Operators only: a negative Nice, raising Priority, OverSubscribe/Shared, TasksPerNode,
-  Contiguous, Deadline. Priority=0 holds the job (the owner's own hold when the owner sets
+  Deadline, and Contiguous — except that the owner may clear Contiguous where it is set
+  (slurmctld: ``operator || old > new``; anything else is "Access/permission denied").
+  MinCPUsNode and WCKey are the owner's to set (the new MinCPUsNode is checked as a
+  submission's: no node with that many CPUs is "Requested node configuration is not
+  available"). Priority=0 holds the job (the owner's own hold when the owner sets
   it); a held job gets a new priority only by being released ("Job is in held state…").
 * Keys match as scontrol matches them: any case, abbreviated down to Slurm's minimum length
   (``TimeL=5``), tried in scontrol's order.
@@ -27,11 +32,10 @@ Invariants:
   access, limits, node lists, node-count and GRES checks of a submission — and only then does
   the rebuilt shape replace the job's. The job keeps its id, submit time (its queue age), its
   hold, dependencies and priority.
-* Features (``--constraint``), MailType/MailUser and Deadline go through the same rebuild
-  (``placement_options`` checks them as at submit). Fields the job model does not hold
-  (MinCPUsNode, WCKey, Contiguous=yes) are refused with "Requested operation is presently
-  disabled", never accepted and ignored: a job must not look as if it had a constraint it
-  does not have.
+* Features (``--constraint``), MailType/MailUser, Deadline, MinCPUsNode and Contiguous go
+  through the same rebuild (``placement_options`` checks them as at submit); placement
+  honours the last two (``muster.core.placement``). WCKey is a label: stored as given, an
+  empty value clears it.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ SHAPE = ("partition", "partitions_req", "account", "qos", "time_limit", "time_mi
          "num_cpus", "mem_per_node", "mem_per_cpu", "mem_per_gpu", "mem_all", "gpus_per_node",
          "gpu_type", "gpus", "gpus_per_task", "tres_per_node", "req_nodes", "exc_nodes",
          "exclusive", "tres_req", "features", "cpus_per_gpu", "deadline", "mail_type",
-         "mail_user")
+         "mail_user", "min_cpus_node", "contiguous")
 
 MAX_DEP_SCAN = 10_000  # jobs visited looking for a dependency cycle
 
@@ -103,6 +107,11 @@ _UNSET = object()
 
 def _p_text(key: str, value: str, now: int):
     submit.check_types({"comment": value})  # the request's string rules (length, NUL)
+    return value
+
+
+def _p_wckey(key, value, now):
+    submit.check_types({"wckey": value})
     return value
 
 
@@ -395,13 +404,17 @@ def _pl_oversubscribe(p: Plan, v: bool) -> None:
 
 
 def _pl_contiguous(p: Plan, v: bool) -> None:
-    """Slurm: operators may set or clear it, others only clear it where set. Jobs here are
-    never contiguous: a user has nothing to clear (Access/permission denied, as Slurm answers
-    for a job without it), clearing is no change, and setting it is not available."""
+    """Slurm: operators may set or clear it, others only clear it where set (setting it, or
+    clearing it where it is not set, is "Access/permission denied" for them)."""
     p.pending()
-    p.operator()
-    if v:
-        raise RequestError(None, "disabled")
+    if v or not p.job.contiguous:
+        p.operator()
+    p.patch["contiguous"] = v
+
+
+def _pl_wckey(p: Plan, v: str) -> None:
+    p.pending()
+    p.set("wckey", v or None)
 
 
 def _pl_reservation(p: Plan, v: str) -> None:
@@ -419,12 +432,6 @@ def _pl_deadline(p: Plan, t: int) -> None:
     p.patch["deadline"] = t
 
 
-def _pl_disabled(p: Plan, v) -> None:
-    """A field the job model does not hold (see the module's invariants)."""
-    p.pending()
-    raise RequestError(None, "disabled")
-
-
 # scontrol's keys, in scontrol's order: (name, shortest abbreviation, parser, planner)
 KEYS = (
     ("ArrayTaskThrottle", 10, lambda k, v, n: _p_int(k, v), _pl_throttle),
@@ -440,7 +447,7 @@ KEYS = (
     ("ReqNodes", 8, _p_node_range, _pl_num_nodes),
     ("NumNodes", 8, _p_node_range, _pl_num_nodes),
     ("TasksPerNode", 2, _p_count("bad_task_count"), _pl_request("ntasks_per_node", operator=True)),
-    ("MinCPUsNode", 4, _p_count("invalid_cpu_count"), _pl_disabled),
+    ("MinCPUsNode", 4, _p_count("invalid_cpu_count"), _pl_request("mincpus")),
     ("MinMemoryNode", 10, _p_mem, _pl_memory("mem_per_node")),
     ("MinMemoryCPU", 10, _p_mem, _pl_memory("mem_per_cpu")),
     ("Partition", 2, _p_raw, _pl_request("partition")),
@@ -448,7 +455,7 @@ KEYS = (
     ("ReservationName", 3, _p_raw, _pl_reservation),
     ("Name", 2, _p_name, _pl_set("name")),
     ("JobName", 4, _p_name, _pl_set("name")),
-    ("WCKey", 1, _p_raw, _pl_disabled),
+    ("WCKey", 1, _p_wckey, _pl_wckey),
     ("OverSubscribe", 2, _p_yes_no, _pl_oversubscribe),
     ("Shared", 2, _p_yes_no, _pl_oversubscribe),
     ("Contiguous", 3, _p_yes_no, _pl_contiguous),

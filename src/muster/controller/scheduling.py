@@ -135,7 +135,8 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         req_nodes=frozenset(_expand(job.req_nodes)), exc_nodes=frozenset(_expand(job.exc_nodes)),
         exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts,
         constraint=constraint_of(job.features), cpus_per_gpu=job.cpus_per_gpu,
-        deadline=job.deadline, time_min=job.time_min)
+        deadline=job.deadline, time_min=job.time_min, min_cpus=job.min_cpus_node or 0,
+        contiguous=bool(job.contiguous))
 
 
 def _expand(expr: str | None) -> list[str]:

@@ -40,13 +40,13 @@ NO_ARRAY_TASK = 4294967294
 
 _INT_FIELDS = ("time_limit", "time_min", "nodes_min", "nodes_max", "ntasks", "ntasks_per_node",
                "cpus_per_task", "mem_per_node", "mem_per_cpu", "mem_per_gpu", "cpus_per_gpu",
-               "begin", "nice", "priority", "umask", "deadline")
+               "begin", "nice", "priority", "umask", "deadline", "mincpus")
 _STR_FIELDS = ("name", "script_name", "partition", "account", "qos", "reservation", "array",
                "dependency", "open_mode", "export", "nodelist", "exclude", "comment", "work_dir",
                "std_out", "std_err", "std_in", "command", "submit_line", "submit_host",
                "submit_dir", "constraint", "mail_type", "mail_user", "licenses", "gpu_bind",
-               "clusters")
-_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive")
+               "clusters", "wckey")
+_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive", "contiguous")
 
 
 def _bad(msg: str, code: str = "invalid_request") -> RequestError:
@@ -509,15 +509,16 @@ def job_request(job: Job) -> dict:
         "nodelist": job.req_nodes, "exclude": job.exc_nodes, "exclusive": job.exclusive,
         "requeue": job.requeue, "constraint": job.features, "cpus_per_gpu": job.cpus_per_gpu,
         "deadline": job.deadline, "mail_type": job.mail_type, "mail_user": job.mail_user,
+        "mincpus": job.min_cpus_node, "contiguous": job.contiguous,
     }
 
 
 def placement_options(job: Job, req: dict, cfg, pconf, now: int) -> None:
-    """--constraint, --cpus-per-gpu (or DefCpuPerGPU), --deadline, --mail-type/--mail-user
-    and --licenses: checked and stored on ``job`` (the scheduler honours them; nothing is
-    accepted and then dropped). Slurm's errstrs: an expression that does not parse or names a
-    feature no node has is "Invalid feature specification"; Muster has no licenses, so any
-    -L is "Invalid license specification"."""
+    """--constraint, --cpus-per-gpu (or DefCpuPerGPU), --deadline, --mail-type/--mail-user,
+    --mincpus, --contiguous, --wckey and --licenses: checked and stored on ``job`` (the
+    scheduler honours them; nothing is accepted and then dropped). Slurm's errstrs: an
+    expression that does not parse or names a feature no node has is "Invalid feature
+    specification"; Muster has no licenses, so any -L is "Invalid license specification"."""
     from muster.common.mailtypes import MailTypeError, check_mail_user, parse_mail_type
     from muster.core import features as featmod
     if req.get("licenses"):
@@ -556,12 +557,26 @@ def placement_options(job: Job, req: dict, cfg, pconf, now: int) -> None:
         if deadline <= 0 or deadline > MAX_JOB_ID * 16:
             raise RequestError(None, "invalid_time_value")
         job.deadline = deadline
+    _node_shape_options(job, req)
     try:
         job.mail_type = parse_mail_type(req["mail_type"]) if req.get("mail_type") else None
         user = req.get("mail_user")
         job.mail_user = check_mail_user(user) if user else None
     except MailTypeError as exc:
         raise _bad(str(exc)) from None
+
+
+def _node_shape_options(job: Job, req: dict) -> None:
+    """--mincpus (each node needs, and gets, that many CPUs: NumCPUs counts them),
+    --contiguous, and --wckey (a label for accounting, stored as given)."""
+    mincpus = req.get("mincpus")
+    if mincpus is not None:
+        if not 0 < mincpus <= MAX_JOB_ID:
+            raise RequestError(None, "invalid_cpu_count")
+        job.min_cpus_node = mincpus
+        job.num_cpus = max(job.num_cpus, mincpus * job.nodes_min)
+    job.contiguous = bool(req.get("contiguous"))
+    job.wckey = req.get("wckey") or None
 
 
 def _fits_some_day(job: Job, partition: str, fits_ever, cfg) -> str | None:
@@ -601,7 +616,7 @@ def _unsatisfiable_detail(job: Job, parts: list[str], cfg) -> str | None:
         return None
     max_cpus = max(n.cpus for n in nodes)
     max_mem = max(n.real_memory - (n.mem_spec_limit or 0) for n in nodes)
-    per_node_cpus = job.cpus_per_task * (job.ntasks_per_node or 1)
+    per_node_cpus = max(job.cpus_per_task * (job.ntasks_per_node or 1), job.min_cpus_node or 0)
     if per_node_cpus > max_cpus:
         return "CPU count per node can not be satisfied"
     if (job.mem_per_node and job.mem_per_node > max_mem) or \

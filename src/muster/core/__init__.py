@@ -4,7 +4,7 @@ Pipeline (one cycle)::
 
     Snapshot + SchedConfig
       → screen   (blocked jobs, partition state/limits: static reasons)
-      → order    ((-PriorityTier, -priority, submit_time, job_id, partition position))
+      → order    ((-PriorityTier, (-priority, nice), submit_time, job_id, partition position))
       → walk     (BlockPolicy: skip? → placement.place on the free working copy)
       → Plan     (Start per started job or array task; a reason per job left pending)
 

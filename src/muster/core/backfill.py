@@ -81,7 +81,8 @@ def running_end(r, part: PartitionView | None, now: int, cfg: SchedConfig) -> in
 def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int] | None:
     """(per-node shape, node count) when every node of the job needs the same thing, or
     a packing request that one empty node of the candidates (``max_node`` = largest
-    cpus, mem, gpus) can hold; None → the general search."""
+    cpus, mem, gpus) can hold; None → the general search (also for a contiguous request
+    of more than one node: only placement's window search knows which nodes are adjacent)."""
     pack_t = rq.tasks_mode == "pack"
     pack_g = rq.gpu_mode == "total"
     if rq.tasks_mode == "one":
@@ -96,8 +97,8 @@ def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int]
         if rq.lo > 1 or (rq.tasks_mode == "fixed" and pack_g):
             return None
         k = 1
-    if rq.hi is not None and k > rq.hi:
-        return None
+    if (rq.hi is not None and k > rq.hi) or (rq.contig and k > 1):
+        return None  # contiguous nodes: placement's window search (earliest_general)
     g = rq.gpus * t if rq.gpu_mode == "task" else rq.gpus if rq.gpu_mode else 0
     c = rq.node_cpus(t, g)
     mm = rq.mem_mode

@@ -23,6 +23,11 @@ Semantics (CPUs are the allocation unit, memory is consumable):
   ``max(tasks × cpus_per_task, GPUs on it × cpus_per_gpu)`` (Slurm's cons_tres rule: the two
   requests overlap, they do not add up).
 * ``exclusive``: only idle nodes; the job gets all their CPUs and GPUs, memory as requested.
+* ``min_cpus`` (``--mincpus``, MinCPUsNode): a node serves the job only with at least that
+  many free CPUs, and the job gets at least that many there (a node's CPUs are
+  ``max(tasks × cpus_per_task, GPUs × cpus_per_gpu, min_cpus)``; memory per CPU scales with
+  them). Allocating them keeps "needs that many free" true for the job's whole run, so the
+  backfill timeline and the agent's cpuset see the same number.
 * ``req_nodes`` are always part of the allocation; ``exc_nodes`` and unusable nodes never.
 * ``constraint`` (``--constraint``, :mod:`muster.core.features`): each alternative is tried
   in order on the nodes satisfying its predicate; for each count ``(pred, k)`` the ``k`` best
@@ -38,6 +43,14 @@ Node choice (total order, documented rule):
 * a packing request (``-n`` or ``--gpus``) that fits one node takes the best single node;
   otherwise it takes nodes by largest capacity first (fewest nodes), and the last node is
   swapped for the best-fit node that covers the remainder.
+
+* ``contiguous`` (``--contiguous``, :func:`_choose_contiguous`): the nodes form a *window*
+  of consecutive node indices (slurm.conf order) that all fit; a node that is missing (not
+  in the partition, down, excluded, too full) breaks the window. The window with the fewest
+  nodes that holds the job wins, then best fit: the least free resources summed over the
+  window (weight, GPUs, CPUs, memory, as ``node_key``), then the lowest first index. A
+  one-node window is the best-fit single node, so a contiguous job that fits one node is
+  placed as any other job.
 
 Cost: one pass over ``nodes`` plus ``O(c log c)`` over the candidates that fit; never
 quadratic.
@@ -110,6 +123,8 @@ class Request:
     ``mem_mode``: ``"all"``, ``"node"``, ``"cpu"`` or ``"gpu"`` with ``mem`` as the amount.
     ``cpg``: CPUs per GPU for ``"node"``/``"total"`` GPU modes (with ``"task"`` it is folded
     into ``cpt``: each task needs ``max(cpt, gpus × cpg)`` CPUs), 0 = none.
+    ``min_cpus``: CPUs each node must have free and gives the job (``--mincpus``), 0 = none;
+    ``contig``: the nodes must be consecutive (``--contiguous``).
     """
 
     cpt: int
@@ -125,10 +140,12 @@ class Request:
     mem: int
     exclusive: bool
     cpg: int = 0
+    min_cpus: int = 0
+    contig: bool = False
 
     def node_cpus(self, tasks: int, gpus: int) -> int:
         """CPUs a node with ``tasks`` tasks and ``gpus`` GPUs of this request gets."""
-        return max(1, tasks * self.cpt, gpus * self.cpg)
+        return max(1, tasks * self.cpt, gpus * self.cpg, self.min_cpus)
 
 
 def _set(v: int | None) -> int | None:
@@ -161,7 +178,8 @@ def request_key(job: JobView) -> tuple:
     under the same config (tests/unit/test_core_placement.py perturbs every other field)."""
     return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
             job.gpus_per_task, job.gpus_per_node, job.gpus_total, job.mem_per_node,
-            job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive, job.cpus_per_gpu)
+            job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive, job.cpus_per_gpu,
+            job.min_cpus, job.contiguous)
 
 
 def _normalise(job: JobView, cfg: SchedConfig) -> Request:
@@ -205,6 +223,7 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         cpt=cpt, lo=lo, hi=hi, tasks_mode=tasks_mode, tpn=tpn, ntasks=ntasks,
         gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
         mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
+        min_cpus=max(0, job.min_cpus), contig=job.contiguous,
     )
 
 
@@ -221,6 +240,8 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
         cpu_avail, gpu_avail = n.cpus, n.gpus
     else:
         cpu_avail, gpu_avail = n.cpus_free, len(n.gpus_free)
+    if rq.min_cpus > cpu_avail:
+        return None
     tcap = cpu_avail // rq.cpt
     if rq.tasks_mode == "one":
         need = 1
@@ -253,6 +274,8 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
         else:
             tcap = min(tcap, mem_free // (rq.mem * rq.cpt))
             if rq.cpg and gm == "node" and rq.mem * rq.gpus * rq.cpg > mem_free:
+                return None
+            if rq.mem * rq.min_cpus > mem_free:
                 return None
             if rq.cpg and gm == "total":
                 gcap = min(gcap, mem_free // (rq.mem * rq.cpg))
@@ -333,7 +356,9 @@ def _place_alt(job: JobView, rq: Request, nodes: Sequence[NodeView],
         if not _take_counted(alt, required, others, pack):
             return None
     required.sort(key=lambda e: e[0])
-    if not pack:
+    if rq.contig:
+        chosen = _choose_contiguous(rq, required, others)
+    elif not pack:
         chosen = _choose_fixed(rq, required, others)
     else:
         chosen = _choose_pack(rq, required, others)
@@ -426,6 +451,82 @@ def _choose_pack(rq: Request, required: list, others: list) -> list | None:
     return chosen
 
 
+def _window_bounds(rq: Request, n_required: int) -> tuple[int, int | None, int, int] | None:
+    """(fewest nodes, most nodes or None, tasks to cover, GPUs to cover) of a contiguous
+    window: a per-node shape takes exactly ``max(nodes_min, -w nodes)``; a packing request
+    at least ``nodes_min`` and at most one node per task (per GPU for ``--gpus``)."""
+    pack_t = rq.tasks_mode == "pack"
+    pack_g = rq.gpu_mode == "total"
+    if not (pack_t or pack_g):
+        k = max(rq.lo, n_required)
+        return None if rq.hi is not None and k > rq.hi else (k, k, 0, 0)
+    caps = [c for c in (rq.hi, rq.ntasks if pack_t else None, rq.gpus if pack_g else None)
+            if c is not None]
+    lo = max(rq.lo, n_required, 1)
+    hi = min(caps) if caps else None
+    if hi is not None and lo > hi:
+        return None
+    return lo, hi, rq.ntasks if pack_t else 0, rq.gpus if pack_g else 0
+
+
+def _prefix(values) -> list[int]:
+    out = [0]
+    for v in values:
+        out.append(out[-1] + v)
+    return out
+
+
+def _choose_contiguous(rq: Request, required: list, others: list) -> list | None:
+    """The nodes of a contiguous request (see the module doc): the shortest window of
+    consecutive node indices, all fitting, that holds every ``-w`` node and covers the tasks
+    and GPUs; among windows of that length, the least free resources (summed ``node_key``),
+    then the lowest first index. Entries are ``(node_key, node, tasks, GPUs)`` as in
+    :func:`_place_alt`; None when no window holds the job.
+
+    Cost: sort, prefix sums, one bisection per start: ``O(c log c)``."""
+    bounds = _window_bounds(rq, len(required))
+    if bounds is None:
+        return None
+    lo, hi, need_t, need_g = bounds
+    ents = sorted(required + others, key=lambda e: e[1].index)
+    n = len(ents)
+    run_end = [n] * n  # run_end[i]: end (exclusive) of the run of consecutive indices at i
+    for i in range(n - 2, -1, -1):
+        if ents[i + 1][1].index == ents[i][1].index + 1:
+            run_end[i] = run_end[i + 1]
+        else:
+            run_end[i] = i + 1
+    req_idx = {e[1].index for e in required}
+    req_pos = [i for i, e in enumerate(ents) if e[1].index in req_idx]
+    first_req = req_pos[0] if req_pos else n
+    min_end = req_pos[-1] + 1 if req_pos else 0
+    tsum = _prefix(e[2] for e in ents)
+    gsum = _prefix(e[3] for e in ents)
+    best_len = None
+    for a in range(min(first_req + 1, n)):
+        end = max(a + lo, min_end, bisect_left(tsum, tsum[a] + need_t),
+                  bisect_left(gsum, gsum[a] + need_g))
+        size = end - a
+        if end <= run_end[a] and (hi is None or size <= hi) and (
+                best_len is None or size < best_len):
+            best_len = size
+    if best_len is None:
+        return None
+    sums = [_prefix(e[0][f] for e in ents) for f in range(4)]
+    best = None
+    for a in range(min(first_req + 1, n - best_len + 1)):
+        b = a + best_len
+        if b > run_end[a] or b < min_end or tsum[b] - tsum[a] < need_t \
+                or gsum[b] - gsum[a] < need_g:
+            continue
+        key = (*(s[b] - s[a] for s in sums), ents[a][1].index)
+        if best is None or key < best[0]:
+            best = (key, a)
+    if best is None:
+        return None
+    return ents[best[1]:best[1] + best_len]
+
+
 def _balance(total: int, caps: list[int]) -> list[int] | None:
     """Tasks over a node count the user fixed (``-N k -n t``): balanced as Slurm lays them
     out (⌈t/k⌉ on the first t mod k nodes, ⌊t/k⌋ on the rest: ``2(x3),1`` for 7 on 4), each
@@ -514,13 +615,15 @@ def first_fit(
 
     Lower bounds on free GPUs, CPUs and memory let the scan jump over whole groups of
     keys with bisection, so a typical search costs O(groups · log nodes), not O(nodes).
+    A contiguous fixed-shape request of more than one node is not a key-order question: it
+    gets :func:`place_request` over the same nodes (one O(nodes) pass).
     """
     pack_t = rq.tasks_mode == "pack"
     need = rq.ntasks if pack_t else (1 if rq.tasks_mode == "one" else rq.tpn)
     need_g = rq.gpus if rq.gpu_mode == "total" else 0
     gm = rq.gpu_mode
     g_min = rq.gpus * need if gm == "task" else rq.gpus if gm else 0
-    c_min = max(need * rq.cpt, g_min * rq.cpg)
+    c_min = max(need * rq.cpt, g_min * rq.cpg, rq.min_cpus)
     mm = rq.mem_mode
     m_min = (rq.mem if mm == "node" else rq.mem * c_min if mm == "cpu"
              else rq.mem * g_min if mm == "gpu" else 0)
@@ -530,6 +633,8 @@ def first_fit(
     want = rq.lo if fixed else 1
     if rq.hi is not None and want > rq.hi:
         return None
+    if rq.contig and want > 1:
+        return place_request(job, rq, [n for k in keys if (n := lookup(k[4])).name not in skip])
     found: list[tuple[tuple, NodeView, int, int]] = []
     i, end = 0, len(keys)
     while i < end:

@@ -10,7 +10,8 @@ changes (a job submitted, a job ended); a pass costs a few microseconds.
 
 Scope (:meth:`PooledScheduler.unsupported` and :meth:`PooledScheduler.admit` say why not):
 one usable node with no GPUs, one UP partition, a priority of the job alone
-(:func:`muster.core.priority.static`: none, basic, or multifactor without weights), no
+(:func:`muster.core.priority.static`: none, basic, or multifactor without weights), queued
+in :func:`muster.core.schedule.order_key`'s order (nice breaks priority ties), no
 preemption, no job
 start limit, the main scheduler alone or backfill with one reservation (EASY: ``bf_depth``
 1) and no test budget (``bf_max_job_test`` 0); jobs on that partition only, one node, no
@@ -54,12 +55,11 @@ from .backfill import YEAR, estimate, node_tasks, plan_shape
 from .limits import partition_reason
 from . import priority as prio
 from .placement import Allocation, NodeAlloc, request_key, request_of
-from .schedule import Start, _static_reason
+from .schedule import Start, _static_reason, order_key
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
 
 __all__ = ["PooledScheduler"]
 
-_LAST = (1 << 62,)  # sorts after every queue key
 _BLOCK = 32  # queue keys per block of the backfill index (split at twice that)
 
 
@@ -92,7 +92,7 @@ class PooledScheduler:
         self.ratio = node.mem // node.cpus
         self.depth = 1 if cfg.backfill else 0
         self.window = cfg.bf_window * 60
-        self.queue: list[tuple] = []            # ordered keys (-priority, submit, job id)
+        self.queue: list[tuple] = []            # ordered keys: schedule.order_key
         self.jobs: dict[tuple, tuple] = {}      # key → (cpus, d, allocation, end offset)
         # the queue again, cut into blocks of consecutive keys, each with the Pareto frontier
         # of its jobs' (cpus, d): a block none of whose frontier points could be backfilled
@@ -182,7 +182,7 @@ class PooledScheduler:
         got = seen[1] if seen is not None and seen[0] is job else self._shape(job)
         if got is None:
             raise ValueError(f"job {job.job_id} is outside the pooled scope")
-        key = (-prio.static_priority(job, self.cfg), job.submit_time, job.job_id)
+        key = order_key(prio.static_priority(job, self.cfg), job)  # [2]: the job id
         self.jobs[key] = got
         insort(self.queue, key)
         b = bisect_right(self._bfirst, key) - 1

@@ -10,8 +10,11 @@ Pipeline:
    ``PartitionDown``; ``INACTIVE`` → ``PartitionInactive``; ``time_limit > max_time`` →
    ``PartitionTimeLimit``; ``nodes_min > max_nodes`` or ``nodes_max < min_nodes`` →
    ``PartitionNodeLimit``). Each surviving (job, partition) pair is a queue *entry*.
-2. **Order** entries by ``(-priority_tier, -priority, submit_time, job_id, position of the
-   partition in the job's list)`` - a total order, so the input order never matters.
+2. **Order** entries by ``(-priority_tier, (-priority, nice), submit_time, job_id, position
+   of the partition in the job's list)`` - a total order, so the input order never matters
+   (:func:`order_key`, which :mod:`muster.core.pooled` shares). At equal priority the job
+   with the lower nice goes first: Muster's tie-break, so ``--nice`` orders jobs even where
+   every priority is the same (multifactor without weights floors ``0 − nice`` at 1).
 3. **Walk** the entries. A :class:`BlockPolicy` says whether the entry is skipped
    (``Priority``) and which nodes are hidden from the rest of the pass. Otherwise the job is
    placed (:mod:`muster.core.placement`) on the partition's usable, not hidden nodes;
@@ -74,7 +77,7 @@ from .placement import (
 )
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig, Snapshot
 
-__all__ = ["BlockPolicy", "MainBlocking", "Plan", "Start", "schedule"]
+__all__ = ["BlockPolicy", "MainBlocking", "Plan", "Start", "order_key", "schedule"]
 
 R_PRIORITY = "Priority"
 R_RESOURCES = "Resources"
@@ -159,6 +162,20 @@ class MainBlocking:
         else:
             self._parts.add(partition.name)
             self._nodes.update(partition.node_names)
+
+
+def order_key(priority: int, job: JobView) -> tuple[tuple[int, int], int, int]:
+    """A job's place in the queue within its priority tier (smaller first): the higher
+    ``priority``, then — at equal priority — the lower nice, then the earlier submission, then
+    the lower job id. Total over distinct jobs (the id breaks every tie).
+
+    Nice is Muster's tie-break, not Slurm's: Slurm 23.11 orders by priority alone, so there a
+    nice that the priority's floor of 1 swallows (multifactor without weights: ``0 − nice``)
+    changes nothing. It comes before the submit time so that ``--nice=N`` lets later jobs of
+    the same priority pass. One function for :func:`schedule` and
+    :class:`muster.core.pooled.PooledScheduler`: the simulator and the live queue order
+    jobs the same way."""
+    return (-priority, job.nice), job.submit_time, job.job_id
 
 
 def deadline_limit(job: JobView, now: int) -> int:
@@ -344,8 +361,7 @@ def schedule(
                     if p != job.priority:
                         out_prio[job.job_id] = p
                 entries.append(
-                    (pflag, rflag, -part.priority_tier, -p, job.submit_time, job.job_id, idx,
-                     pname, job)
+                    (pflag, rflag, -part.priority_tier, *order_key(p, job), idx, pname, job)
                 )
     entries.sort(key=lambda e: e[:7])
 

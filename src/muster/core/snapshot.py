@@ -117,6 +117,8 @@ class JobView:
       (``--cpus-per-gpu`` or DefCpuPerGPU, resolved by the shell); ``constraint`` is the
       parsed ``--constraint`` (:mod:`muster.core.features`); ``deadline`` (seconds): the job
       must be able to end by then (``--deadline``), else it ends in state DEADLINE.
+    * ``min_cpus`` (``--mincpus``) and ``contiguous`` (``--contiguous``): see
+      :mod:`muster.core.placement`; both are part of the request's shape.
     """
 
     job_id: int
@@ -157,6 +159,10 @@ class JobView:
     fixed_priority: bool = False  # admin-set priority: multifactor leaves it alone
     requeue: bool = True
     deadline: int | None = None  # --deadline (seconds)
+    # --mincpus (MinCPUsNode): each node of the job needs this many free CPUs and the job gets
+    # them there (0 = none); --contiguous: its nodes are consecutive in slurm.conf order
+    min_cpus: int = 0
+    contiguous: bool = False
 
 
 @dataclass(frozen=True, slots=True)
