@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
-CLI_MODULES = ["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "muster"]
+CLI_MODULES = ["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "seff", "muster"]
 HEAVY = {"asyncio", "msgspec", "pydantic", "rich", "click", "http.client", "httpx", "requests",
          "urllib3", "aiohttp", "sqlite3", "typer"}
 

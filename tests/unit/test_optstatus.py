@@ -86,10 +86,15 @@ def test_sbatch_step_options_go_to_the_environment(tmp_path):
 
 def test_srun_and_salloc_warn_and_refuse(capsys):
     from muster.cli import srun
-    inv = srun.parse(["--cpu-bind=cores", "-n2", "true"], {}, "/tmp")
+    inv = srun.parse(["--mem-bind=local", "-n2", "true"], {}, "/tmp")
     assert inv.req["ntasks"] == 2
-    assert capsys.readouterr().err == ("srun: warning: --cpu-bind is not supported by Muster: "
-                                       "tasks are not bound to CPUs; ignored\n")
+    assert capsys.readouterr().err == ("srun: warning: --mem-bind is not supported by Muster: "
+                                       "no NUMA memory binding; ignored\n")
+    inv = srun.parse(["--cpu-bind=verbose,cores", "true"], {}, "/tmp")  # honoured: no warning
+    assert inv.srun["cpu_bind"] == "verbose,cores" and capsys.readouterr().err == ""
+    with pytest.raises(CliExit) as ei:
+        srun.parse(["--cpu-bind=bogus", "true"], {}, "/tmp")
+    assert ei.value.lines == ['srun: error: unrecognized --cpu-bind argument "bogus"']
     srun.parse(["--label", "true"], {}, "/tmp", prog="salloc")
     assert "salloc: warning: --label is not supported by Muster: srun option" in \
         capsys.readouterr().err

@@ -32,6 +32,8 @@ import socket
 import time
 
 from muster import __version__
+from muster.agent import acctgather, confine
+from muster.agent.prolog import NodeScripts
 from muster.agent.stepd import run_stepd
 from muster.agent.supervisor import run_supervisor
 from muster.common import auth, securefs
@@ -78,8 +80,18 @@ class Agent:
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
         self.unacked_steps: dict[tuple[int, int, int], dict] = {}
         self.link: Link | None = None  # set once the controller has proved itself
+        # usage accounting (JobAcctGatherFrequency): the spec every launch carries, and what
+        # of the supervisors' live samples has been sent on
+        self.acct = {"freq": acctgather.parse_frequency(cfg.job_acct_gather_frequency)} \
+            if acctgather.enabled(cfg) else None
+        self.usage = acctgather.UsageForwarder()
+        # cgroups of this node's jobs (muster.agent.confine); None: unconfined, logged why
+        confine.protect_daemon()
+        self.confine = confine.AgentConfinement.for_node(cfg, node_name, self.spool)
         self.start_time = int(time.time())
         self._stop = asyncio.Event()
+        # node Prolog/Epilog and the launches waiting for the prolog (muster.agent.prolog)
+        self.scripts = NodeScripts(cfg, node_name, self._send, self._job_here)
 
     # ---- spool --------------------------------------------------------------------------
     def _discard(self, d: str) -> None:
@@ -132,6 +144,37 @@ class Agent:
                 _write_json(os.path.join(d, "status.json"), self.unacked[(job_id, run)])
                 continue
             self._follow(job_id, run, pid, pidfd, child=False)
+            self._adopt(job_id, d)
+        if self.confine is not None:
+            self.confine.remove_stale(self._running_jobs())
+
+    def _adopt(self, job_id: int, d: str) -> None:
+        """A job still running after a restart keeps its cgroup and CPU slots."""
+        if self.confine is not None:
+            self.confine.adopt(job_id, (_read_json(os.path.join(d, "launch.json")) or {})
+                               .get("confine"))
+
+    def _running_jobs(self) -> set[int]:
+        return {j for j, _ in self.jobs} | {k[0] for k in self.steps}
+
+    def _job_maybe_done(self, job_id: int, report) -> None:
+        """Nothing of the job runs here any more (no supervisor, no step daemon): whatever is
+        left in its cgroup is killed and the cgroup removed, before its end is reported
+        (``report()``: now, or on the loop once confine's worker thread has done it)."""
+        fut = None
+        if self.confine is not None and job_id not in self._running_jobs():
+            fut = self.confine.job_done(job_id)
+        if fut is None:
+            report()
+            return
+        loop = asyncio.get_running_loop()
+
+        def done(_f):
+            try:
+                loop.call_soon_threadsafe(report)
+            except RuntimeError:
+                pass  # the loop is closed: the agent stopped; the next one reports it
+        fut.add_done_callback(done)
 
     def _recover_step(self, entry: str) -> None:
         try:
@@ -156,6 +199,7 @@ class Agent:
             else:
                 self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": False}
                 asyncio.get_running_loop().add_reader(pidfd, self._stepd_exited, key)
+                self._adopt(job_id, d)
                 return
         self.unacked_steps[key] = status
 
@@ -188,7 +232,7 @@ class Agent:
             status = _launch_failure(job_id, run)
             _write_json(os.path.join(d, "status.json"), status)
         self.unacked[(job_id, run)] = status
-        self._send({"op": "job_ended", **status})
+        self._job_maybe_done(job_id, lambda: self._send({"op": "job_ended", **status}))
 
     # ---- messages from the controller ---------------------------------------------------
     def on_message(self, msg: dict) -> None:
@@ -197,6 +241,10 @@ class Agent:
             return
         if op == "launch":
             self.launch(msg)
+        elif op == "terminate" and isinstance(msg.get("step_id"), int):
+            # scancel J.S: that step alone (the step id is in the credential's subject)
+            self.terminate_step((msg["job_id"], msg["step_id"], msg.get("run", 0)),
+                                msg.get("why", "cancel"))
         elif op == "terminate":
             self.terminate(msg["job_id"], msg.get("run", 0), msg.get("why", "cancel"),
                            steps_only=msg.get("scope") == "steps")
@@ -225,6 +273,12 @@ class Agent:
         elif op == "kill_list":
             for jid in msg.get("jobs", []):
                 self._kill_unknown(jid)
+        elif op == "prolog":
+            self.scripts.on_prolog_request(msg)
+        elif op == "epilog":
+            self.scripts.on_epilog_request(msg)
+        elif op == "ack_script":
+            self.scripts.ack(msg)
         else:
             log.warning("unknown message %r", op)
 
@@ -233,7 +287,7 @@ class Agent:
         A refused launch is reported as a launch failure (unless that run is already here), so
         the job does not hang; a refused step launch likewise."""
         op = msg["op"]
-        if op in ("launch", "launch_step"):
+        if op in ("launch", "launch_step", "prolog", "epilog"):
             ids = (msg.get("uid"), msg.get("gid"))
         else:
             ids = self._job_ids(msg)
@@ -272,6 +326,8 @@ class Agent:
         if key in self.jobs or key in self.unacked or os.path.exists(d):
             self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
             return  # duplicate launch (controller restarted before our confirmation)
+        if self.scripts.defer(self.scripts.prepare(L), self.launch):
+            return  # after the node's Prolog (muster.agent.prolog)
         os.makedirs(d, mode=0o711)
         os.chmod(d, 0o711)
         script = os.path.join(d, "script")
@@ -280,10 +336,35 @@ class Agent:
             fh.write(L["script"])
         if os.getuid() == 0:
             os.chown(script, L["uid"], L["gid"])
+        L["acct"] = self.acct
+        reason = self._confine(L)
+        if reason is not None:
+            status = {**_launch_failure(*key), "launch_error": reason}
+            _write_json(os.path.join(d, "status.json"), status)
+            self.unacked[key] = status
+            self._send({"op": "job_ended", **status})
+            return
         _write_json(os.path.join(d, "launch.json"), {k: v for k, v in L.items() if k != "script"})
         pid, pidfd, child = self._spawn("batch", d, L)
         self._follow(key[0], key[1], pid, pidfd, child=child)
         self._send({"op": "job_started", "job_id": key[0], "run": key[1]})
+
+    def _confine(self, L: dict) -> str | None:
+        """Put the job's cgroup spec into the launch (``L["confine"]``, None when unconfined);
+        the reason, logged, when its cgroup cannot be made: that launch fails (never hangs)."""
+        L["confine"] = None
+        if self.confine is None:
+            return None
+        try:
+            L["confine"] = self.confine.prepare(L)
+            return None
+        except confine.ConfineError as exc:
+            log.error("%s: job %s cannot start: %s", self.name, L["job_id"], exc)
+            return f"{self.name}: {exc}"
+
+    def _job_here(self, job_id: int) -> bool:
+        """Does a batch supervisor or step daemon of the job run on this node?"""
+        return any(k[0] == job_id for k in self.jobs) or any(k[0] == job_id for k in self.steps)
 
     def _spawn(self, kind: str, spool: str, L: dict) -> tuple[int, int, bool]:
         """Start a supervisor (batch) or step daemon; returns (pid, pidfd, is_our_child).
@@ -322,6 +403,8 @@ class Agent:
         """End the job's processes on this node: its steps, then (unless ``steps_only``: the
         controller ending the steps of a batch job at its time limit, which the supervisor
         enforces itself) the batch job."""
+        if not steps_only:
+            self.scripts.cancel(job_id, run)  # launches still waiting for the prolog
         for key in [k for k in self.steps if k[0] == job_id and k[2] == run]:
             self.terminate_step(key, why)
         if steps_only:
@@ -376,7 +459,18 @@ class Agent:
         d = self._step_dir(*key)
         if key in self.steps or key in self.unacked_steps or os.path.exists(d):
             return
+        if self.scripts.defer(self.scripts.prepare(L), self.launch_step, lambda: self._send(
+                {"op": "step_ended", **_step_failure(key, self.name, L["tasks"])})):
+            return  # after the node's Prolog; refused when it failed
         os.makedirs(d, mode=0o711)
+        L["acct"] = self.acct
+        reason = self._confine(L)
+        if reason is not None:
+            status = {**_step_failure(key, self.name, L["tasks"]), "launch_error": reason}
+            _write_json(os.path.join(d, "status.json"), status)
+            self.unacked_steps[key] = status
+            self._send({"op": "step_ended", **status})
+            return
         _write_json(os.path.join(d, "launch.json"), L)
         pid, pidfd, child = self._spawn("step", d, L)
         self.steps[key] = {"pid": pid, "pidfd": pidfd, "child": child}
@@ -400,7 +494,7 @@ class Agent:
             status = _step_failure(key, self.name, launch.get("tasks", []))
             _write_json(os.path.join(d, "status.json"), status)
         self.unacked_steps[key] = status
-        self._send({"op": "step_ended", **status})
+        self._job_maybe_done(key[0], lambda: self._send({"op": "step_ended", **status}))
 
     def terminate_step(self, key, why: str) -> None:
         if key not in self.steps:
@@ -444,6 +538,7 @@ class Agent:
                 pass
 
     def _kill_unknown(self, job_id: int) -> None:
+        self.scripts.cancel(job_id)
         for (jid, run) in list(self.jobs):
             if jid == job_id:
                 self.terminate(jid, run, "cancel")
@@ -478,6 +573,8 @@ class Agent:
             delay = min(delay * 2, 2.0)
         if self.link:
             self.link.close()
+        if self.confine is not None:
+            self.confine.close()
         # jobs keep running under their supervisors: stopping the agent does not kill work
 
     def _registration(self) -> dict:
@@ -534,6 +631,8 @@ class Agent:
             self.heartbeat_s = max(0.5, min(HEARTBEAT_S, (reply.get("slurmd_timeout") or 20) / 4))
             log.info("registered with controller as %s", self.name)
             hb = asyncio.create_task(self._heartbeat())
+            if self.acct and self.acct["freq"]:
+                hb.add_done_callback(_cancel_with(asyncio.create_task(self._usage_loop())))
             if self.cfg.health_check_program and self.cfg.health_check_interval > 0 and not self._hc:
                 self._hc = asyncio.create_task(self._health_loop())
             while True:
@@ -582,6 +681,17 @@ class Agent:
             self._send({"op": "health", "ok": ok, "message": message})
             await asyncio.sleep(interval)
 
+    async def _usage_loop(self) -> None:
+        """Forward the supervisors' and step daemons' live usage samples (usage.json), at
+        twice the sampling rate so that a sample waits at most half an interval."""
+        period = max(0.5, self.acct["freq"] / 2)
+        while True:
+            await asyncio.sleep(period)
+            running = [(self._dir(j, r), j, r, "batch") for j, r in self.jobs]
+            running += [(self._step_dir(*k), k[0], k[2], k[1]) for k in self.steps]
+            for msg in self.usage.collect(self.name, running):
+                self._send(msg)
+
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_s)
@@ -595,6 +705,12 @@ class Agent:
                 self._send({"op": "job_ended", **status})
             for status in list(self.unacked_steps.values()):
                 self._send({"op": "step_ended", **status})
+            self.scripts.resend()
+
+
+def _cancel_with(task: asyncio.Task):
+    """A done-callback that cancels ``task`` (it lives as long as the heartbeat)."""
+    return lambda _f: task.cancel()
 
 
 def _nvml_problem() -> str | None:

@@ -30,8 +30,11 @@ import struct
 import termios
 import time
 
+from muster.agent import acctgather, confine, taskprolog
+from muster.agent.cgroup import CgroupError
 from muster.agent.supervisor import (_WORKDIR, _AsUser, forked_main, user_open, workdir_args,
                                      write_json_atomic)
+from muster.common import cpubind
 from muster.common import iostream as io
 from muster.common.linkauth import (HANDSHAKE_TIMEOUT, PRE_AUTH_MAX_FRAME, Initiator,
                                      LinkAuthError, Sealer)
@@ -54,7 +57,7 @@ class _Task:
     bytes the master has not taken yet."""
 
     __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig", "tty",
-                 "feed")
+                 "feed", "oom")
 
     def __init__(self, tid: int, local: int):
         self.tid, self.local = tid, local
@@ -63,6 +66,7 @@ class _Task:
         self.sig = 0
         self.tty = False
         self.feed = bytearray()
+        self.oom = False  # the OOM killer took a process of this task (its cgroup says so)
 
 
 class _StepD:
@@ -80,6 +84,10 @@ class _StepD:
         self.kill_at: float | None = None
         self.why: str | None = None
         self.drain_until: float | None = None  # set once every task has exited
+        self.acct = acctgather.sampler_for(L)  # the step's usage on this node (None: off)
+        self.cg: confine.StepCgroup | None = None  # the step's cgroup here (None: unconfined)
+        self.cg_error: str | None = None  # why it could not be made: every task fails
+        self.cg_final: dict = {}  # what StepCgroup.finish found (OOM kills, usage)
 
     def _wake(self) -> None:
         try:
@@ -126,6 +134,12 @@ class _StepD:
             fh.write(str(os.getpid()))
         self.start = time.time()
         self._connect()
+        try:
+            self.cg = confine.StepCgroup.for_launch(self.L, self.L["step_id"])
+        except (CgroupError, OSError) as exc:
+            self.cg_error = f"cannot create the step's cgroup: {exc}"
+        if self.cg is not None and self.acct is not None:
+            self.acct.follow_cgroup(self.cg)  # task K's processes: those of its cgroup
         for local, tid in enumerate(self.L["tasks"]):
             self._spawn(_Task(tid, local))
         with open(os.path.join(self.spool, "job.pid"), "w") as fh:
@@ -133,11 +147,19 @@ class _StepD:
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
         self._deliver_signals()  # any queued before super.pid existed (no SIGUSR2 for them)
         self._loop()
+        epilog_errors = [why for t in self.tasks if (why := taskprolog.run_task_epilog(
+            self.L, task_env(self.L["env"], self.L, t.local, t.tid), t.pid, self.L["cwd"]))]
         status = {"job_id": self.L["job_id"], "step_id": self.L["step_id"], "run": self.L.get("run", 0),
                   "node": self.node, "tasks": [{"task": t.tid, "exit_code": t.status or 0,
                                                 "signal": t.sig} for t in self.tasks],
                   "start_time": int(self.start), "end_time": int(time.time()),
                   "terminated": self.why}
+        if self.cg_final.get("oom_kills"):
+            status["oom_kills"] = self.cg_final["oom_kills"]
+        if self.acct is not None:
+            status["usage"] = self.acct.report()
+        if epilog_errors:
+            status["task_epilog_error"] = epilog_errors[0]  # a TaskEpilog failure is only reported
         write_json_atomic(os.path.join(self.spool, "status.json"), status)
 
     def _connect(self) -> None:
@@ -209,10 +231,16 @@ class _StepD:
     def _spawn(self, t: _Task) -> None:
         L = self.L
         env = task_env(L["env"], L, t.local, t.tid)
-        if L.get("pty") and t.tid == 0:
+        if self.cg_error is not None:
+            self._send(io.pack(io.STDERR, t.tid, f"slurmstepd-{self.node}: error: "
+                                                 f"{self.cg_error}\n".encode()))
+            pid, out_r, err_r, in_w = None, None, None, None
+        elif L.get("pty") and t.tid == 0:
             pid, out_r, err_r, in_w = self._start_on_pty(t, env)
         else:
             pid, out_r, err_r, in_w = self._start_on_pipes(t, env)
+        if self.acct is not None:
+            self.acct.add(t.tid, pid)
         if pid is None:  # could not even start the wrapper: report the task as failed
             pid = os.fork()
             if pid == 0:
@@ -262,7 +290,7 @@ class _StepD:
         wants_stdin = "input" not in files and (target == "all" or target == t.tid)
         if wants_stdin:
             in_r, in_w = os.pipe()
-        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node)
+        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node, step=self.cg)
         for fd in (out_w, err_w, in_r):
             if fd is not None:
                 os.close(fd)
@@ -290,7 +318,8 @@ class _StepD:
             self._own_tty(slave)
             _set_winsize(master, _env_size(env, "SLURM_PTY_WIN_ROW"),
                          _env_size(env, "SLURM_PTY_WIN_COL"))
-            pid = _start_task(self.L, env, {}, slave, slave, slave, self.node, ctty=True)
+            pid = _start_task(self.L, env, {}, slave, slave, slave, self.node, ctty=True,
+                              step=self.cg)
         except OSError as exc:
             os.write(slave, f"slurmstepd-{self.node}: error: {exc}\r\n".encode())
             pid = None
@@ -378,6 +407,8 @@ class _StepD:
             if t.status is None:
                 _killpg(t.pid, signal.SIGCONT)
                 _killpg(t.pid, signal.SIGTERM)
+        # what left the tasks' sessions (setsid) gets it too: the whole step's cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
         self.kill_at = time.time() + self.L.get("kill_wait", 30)
 
     def _done(self) -> bool:
@@ -388,7 +419,8 @@ class _StepD:
         if lost_at_start:
             self._begin_kill("srun", quiet=True)
         while not self._done():
-            deadlines = [d for d in (self.kill_at, self.drain_until) if d is not None]
+            deadlines = [d for d in (self.kill_at, self.drain_until,
+                                     self.acct and self.acct.next_due) if d is not None]
             timeout = max(0.0, min(deadlines) - time.time()) if deadlines else None
             for key, mask in self.sel.select(timeout):
                 kind, t = key.data
@@ -408,6 +440,9 @@ class _StepD:
                     os.read(self.wake_r, 64)
             if self.signals_requested:
                 self._deliver_signals()
+            if self.acct is not None and self.acct.due():
+                self.acct.sample()
+                self.acct.write(self.spool)
             if self.term_requested and self.why is None:
                 self.term_requested = False
                 self._begin_kill(self._read_reason())
@@ -415,6 +450,7 @@ class _StepD:
                 for t in self.tasks:
                     if t.status is None:
                         _killpg(t.pid, signal.SIGKILL)
+                confine.signal_step(self.cg, signal.SIGKILL)
                 self.kill_at = None
             if self.drain_until is None and all(t.status is not None for t in self.tasks):
                 # every task has exited: what is left in their sessions (a background child
@@ -422,6 +458,8 @@ class _StepD:
                 # the pipes reach EOF once their buffered output has been read
                 for t in self.tasks:
                     _kill_leftovers(t)
+                if self.cg is not None:
+                    self.cg.kill()  # and what left them (setsid): its pipes close too
                 self.drain_until = time.time() + 5
             elif self.drain_until is not None and time.time() >= self.drain_until:
                 # a process that left the task's session still holds a pipe: stop waiting
@@ -437,6 +475,7 @@ class _StepD:
                     self._maybe_exit_frame(t)
         for t in self.tasks:
             _kill_leftovers(t)  # leftovers in the tasks' sessions
+        self._finish_cgroup()
         self._send(io.pack(io.DONE, 0, json.dumps({"node": self.node}).encode()))
         if self.sock is not None:
             self.sock.setblocking(True)
@@ -456,6 +495,18 @@ class _StepD:
                 return fh.read().strip() or "cancel"
         except OSError:
             return "cancel"
+
+    def _finish_cgroup(self) -> None:
+        """The step is over on this node: nothing of it survives (double-forked daemons
+        included), and OOM kills in its cgroup are reported as Slurm does: a line on srun's
+        stderr, and ``oom_kills`` in the status (the step ends OUT_OF_MEMORY)."""
+        if self.cg is None:
+            return
+        self.cg_final = self.cg.finish()
+        n = self.cg_final.get("oom_kills", 0)
+        if n:
+            line = confine.oom_line(self.L["job_id"], str(self.L["step_id"]), n)
+            self._send(io.pack(io.STDERR, self.L["tasks"][0], line.encode()))
 
     def _pump(self, t: _Task, kind: str) -> None:
         fd = t.out if kind == "out" else t.err
@@ -480,11 +531,14 @@ class _StepD:
     def _reap(self, t: _Task) -> None:
         self.sel.unregister(t.pidfd)
         os.close(t.pidfd)
-        _, ws = os.waitpid(t.pid, 0)
+        _, ws, rusage = os.wait4(t.pid, 0)
+        if self.acct is not None:
+            self.acct.exited(t.local, rusage)
         if os.WIFSIGNALED(ws):
             t.status, t.sig = 0, os.WTERMSIG(ws)
         else:
             t.status = os.WEXITSTATUS(ws)
+        t.oom = self.cg is not None and self.cg.oom_kills(t.local) > 0
         if t.inp is not None:
             os.close(t.inp)
             t.inp = None
@@ -492,8 +546,10 @@ class _StepD:
 
     def _maybe_exit_frame(self, t: _Task) -> None:
         if t.status is not None and t.out is None and t.err is None:
-            self._send(io.pack(io.EXIT, t.tid, json.dumps({"exit_code": t.status,
-                                                            "signal": t.sig}).encode()))
+            exit_ = {"exit_code": t.status, "signal": t.sig}
+            if t.oom:
+                exit_["oom"] = True  # srun says "Out Of Memory"
+            self._send(io.pack(io.EXIT, t.tid, json.dumps(exit_).encode()))
 
     def _from_srun(self) -> None:
         try:
@@ -619,7 +675,53 @@ def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
         for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
                     "ZE_AFFINITY_MASK"):
             env[var] = gpus
+    bind, per_task = _bind_plan(L)
+    if bind is not None:
+        env.update(cpubind.env(bind, per_task))
     return env
+
+
+def _bind_plan(L: dict) -> tuple[cpubind.CpuBind | None, list[list[int]] | None]:
+    """The step's CPU binding on this node (``L["cpu_bind"]``, resolved by the controller:
+    muster.common.cpubind) and each local task's CPUs, computed once per step daemon. The
+    CPUs bound to are the job's on this node when cores are confined (``L["confine"]
+    ["cpus"]``), else those the step daemon may run on. Concurrent steps of one job are not
+    told apart (the controller does not place steps on CPU ids): their task k share CPUs."""
+    if "_bind_plan" not in L:
+        bind = cpubind.parse(L["cpu_bind"]) if L.get("cpu_bind") else None
+        per_task = None
+        if bind is not None:
+            avail = (L.get("confine") or {}).get("cpus") or sorted(os.sched_getaffinity(0))
+            per_task = cpubind.task_cpus(bind, avail, len(L["tasks"]), L.get("cpus_per_task") or 1)
+        L["_bind_plan"] = (bind, per_task)
+    return L["_bind_plan"]
+
+
+class _Bound:
+    """Context: the calling process runs on ``cpus`` (a task forked inside inherits them),
+    then gets its own affinity back. CPUs the kernel refuses (map_cpu/mask_cpu outside the
+    step's cpuset) leave the task unbound, ``error`` saying why, as task/affinity does."""
+
+    def __init__(self, cpus: list[int] | None, error):
+        self.cpus, self.error, self.old = cpus, error, None
+
+    def __enter__(self):
+        if self.cpus:
+            old = os.sched_getaffinity(0)
+            try:
+                os.sched_setaffinity(0, self.cpus)
+                self.old = old
+            except OSError as exc:
+                self.error(f"task/affinity: cannot bind to CPUs {self.cpus}: {exc.strerror}")
+        return self
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            try:
+                os.sched_setaffinity(0, self.old)
+            except OSError:
+                pass  # the cpuset changed under us: the kernel already narrowed it
+        return False
 
 
 def _env_size(env: dict, name: str) -> int:
@@ -691,11 +793,12 @@ _PTY_TASK_WRAPPER = 'command : 2>/dev/null </proc/self/fd/0; ' + _TASK_WRAPPER
 
 
 def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
-                ctty: bool = False) -> int | None:
+                ctty: bool = False, step: confine.StepCgroup | None = None) -> int | None:
     """Start one task as the job's user. Its -o/-e/-i files are opened with the user's ids
     (supervisor.user_open: no controlling tty, no blocking on a FIFO); the working directory
     is entered by the task's wrapper after the identity switch. ``ctty``: its stdin is a
-    pty slave, to become its controlling terminal (_PTY_TASK_WRAPPER)."""
+    pty slave, to become its controlling terminal (_PTY_TASK_WRAPPER). ``step``: the step's
+    cgroup, which the task is born in (confine.born_confined)."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     # relative -o/-e/-i names are relative to the step's working directory (the task's cwd)
@@ -728,13 +831,24 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
         elif os.getuid() not in (0, uid):
             raise PermissionError("agent cannot switch to the job's user")
         argv = L["argv"]
-        wrapper = _PTY_TASK_WRAPPER if ctty else _TASK_WRAPPER
-        proc = subprocess.Popen(["/bin/sh", "-c", wrapper, argv[0],
-                                 *workdir_args(L["cwd"], env), *argv[1:]], stdin=in_r,
-                                stdout=out_w, stderr=err_w, cwd="/", env=env,
-                                start_new_session=True, umask=L.get("umask", 0o022),
-                                close_fds=True, **kw)
-    except OSError as exc:
+        wrapper = taskprolog.with_task_prolog(_PTY_TASK_WRAPPER if ctty else _TASK_WRAPPER,
+                                              L.get("task_prolog"))
+        bind, per_task = _bind_plan(L)
+        local = int(env.get("SLURM_LOCALID", 0))
+        cpus = per_task[local % len(per_task)] if per_task else None
+        with confine.born_confined(step, local), \
+                _Bound(cpus, lambda m: _say(err_w if err_w is not None else out_w, node, m)) as b:
+            proc = subprocess.Popen(["/bin/sh", "-c", wrapper, argv[0],
+                                     *workdir_args(L["cwd"], env), *argv[1:]], stdin=in_r,
+                                    stdout=out_w, stderr=err_w, cwd="/", env=env,
+                                    start_new_session=True, umask=L.get("umask", 0o022),
+                                    close_fds=True, **kw)
+        if bind is not None and bind.verbose:
+            shown = bind if b.old is not None or bind.kind == "none" else cpubind.CpuBind("none")
+            _say(err_w if err_w is not None else out_w, None, cpubind.verbose_line(
+                shown, node, int(env.get("SLURM_PROCID", 0)), local, proc.pid,
+                cpus if b.old is not None else os.sched_getaffinity(0)))
+    except (OSError, CgroupError) as exc:
         target = err_w if err_w is not None else out_w
         if target is not None:
             try:
@@ -747,3 +861,15 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
             os.close(fd)
     proc.returncode = 0  # reaped through the pidfd by the step daemon
     return proc.pid
+
+
+def _say(fd: int | None, node: str | None, text: str) -> None:
+    """A step daemon's line on a task's stderr: ``slurmstepd-<node>: error: text`` (node
+    given) or the text as it is; nothing when the task has no such descriptor."""
+    if fd is None:
+        return
+    line = f"slurmstepd-{node}: error: {text}\n" if node else text
+    try:
+        os.write(fd, line.encode())
+    except OSError:
+        pass

@@ -12,7 +12,9 @@ Spool directory of a job (``<SlurmdSpoolDir>/job<ID>.<RUN>``):
   super.pid     the supervisor's pid
   job.pid       the batch shell's pid (= its process group id)
   terminate     present when a termination was requested; contains the reason
-  status.json   written atomically when everything is over: exit_code, signal, timed_out
+  status.json   written atomically when everything is over: exit_code, signal, timed_out,
+                usage (the batch step's final figures, muster.agent.acctgather)
+  usage.json    the latest usage sample, rewritten every JobAcctGatherFrequency seconds
 
 Control: the agent writes ``terminate`` and sends SIGTERM to the supervisor, which writes
 Slurm's ``*** JOB N ON node CANCELLED ***`` line to the job's stderr, sends SIGCONT+SIGTERM to
@@ -35,6 +37,8 @@ import signal
 import subprocess
 import time
 
+from muster.agent import acctgather, confine, taskprolog
+from muster.agent.cgroup import CgroupError
 from muster.common.patterns import expand_pattern
 from muster.common.timefmt import fmt_iso
 
@@ -95,6 +99,9 @@ class _Supervisor:
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         self.term_requested = False
+        self.acct = acctgather.sampler_for(launch)  # usage of the batch step (None: off)
+        self.cg: confine.StepCgroup | None = None  # the batch step's cgroup (None: unconfined)
+        self.cg_final: dict = {}  # what StepCgroup.finish found (OOM kills, usage)
 
     def _on_term(self, signum, frame):
         self.term_requested = True
@@ -122,7 +129,16 @@ class _Supervisor:
             fh.write(str(os.getpid()))
         out_path, err_path = self._paths()
         start = time.time()
-        pid, failure, self.err_fd = _spawn_job(self.launch, self.spool, out_path, err_path)
+        try:
+            self.cg = confine.StepCgroup.for_launch(self.launch, "batch")
+            if self.cg is not None and self.acct is not None:
+                self.acct.follow_cgroup(self.cg)  # its processes: those of task_0's cgroup
+        except (CgroupError, OSError) as exc:
+            pid, self.err_fd = None, None
+            failure = f"slurmstepd: error: cannot create the batch step's cgroup: {exc}"
+        else:
+            pid, failure, self.err_fd = _spawn_job(self.launch, self.spool, out_path,
+                                                   err_path, self.cg)
         if pid is None:
             status = {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": 1,
                       "signal": 0, "timed_out": False, "terminated": None,
@@ -131,7 +147,16 @@ class _Supervisor:
         else:
             with open(os.path.join(self.spool, "job.pid"), "w") as fh:
                 fh.write(str(pid))
+            if self.acct is not None:
+                self.acct.add(0, pid)
             status = self._watch(pid, start)
+            status.update(self._finish_cgroup())
+            if self.acct is not None:
+                status["usage"] = self.acct.report()
+            why = taskprolog.run_task_epilog(self.launch, self.launch["env"], pid,
+                                             self.launch["work_dir"])
+            if why:
+                status["task_epilog_error"] = why  # a TaskEpilog failure is only reported
         write_json_atomic(os.path.join(self.spool, "status.json"), status)
 
     def _deadline(self, start: float) -> float | None:
@@ -159,8 +184,8 @@ class _Supervisor:
         while True:
             now = time.time()
             warn_at = warn_due()
-            timeouts = [t for t in (deadline if why is None else None, kill_at, warn_at)
-                        if t is not None]
+            timeouts = [t for t in (deadline if why is None else None, kill_at, warn_at,
+                                    self.acct and self.acct.next_due) if t is not None]
             wait = max(0.0, min(timeouts) - now) if timeouts else None
             ready, _, _ = select.select([pidfd, self.wake_r], [], [], wait)
             if pidfd in ready:
@@ -185,8 +210,14 @@ class _Supervisor:
                 kill_at = now + self.launch.get("kill_wait", 30)
             if kill_at is not None and now >= kill_at:
                 _killpg(pid, signal.SIGKILL)
+                confine.signal_step(self.cg, signal.SIGKILL)
                 kill_at = None
-        _, wstatus = os.waitpid(pid, 0)
+            if self.acct is not None and self.acct.due(now):
+                self.acct.sample()
+                self.acct.write(self.spool)
+        _, wstatus, rusage = os.wait4(pid, 0)
+        if self.acct is not None:
+            self.acct.exited(0, rusage)  # the script and all it waited for
         os.close(pidfd)
         _killpg(pid, signal.SIGKILL)  # leftovers of the job's process group
         exit_code = os.WEXITSTATUS(wstatus) if os.WIFEXITED(wstatus) else 0
@@ -194,6 +225,19 @@ class _Supervisor:
         return {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": exit_code,
                 "signal": sig, "timed_out": timed_out, "terminated": why,
                 "start_time": int(start), "end_time": int(time.time()), "launch_failed": False}
+
+    def _finish_cgroup(self) -> dict:
+        """The batch step is over: nothing of it may survive (double-forked daemons
+        included); OOM kills in its cgroup are reported as Slurm does, on the job's stderr
+        and in the status (the job ends OUT_OF_MEMORY)."""
+        if self.cg is None:
+            return {}
+        self.cg_final = self.cg.finish()
+        n = self.cg_final.get("oom_kills", 0)
+        if not n:
+            return {}
+        write_unstalled(self.err_fd, confine.oom_line(self.job_id, "batch", n).encode())
+        return {"oom_kills": n}
 
     def _reload_limit(self) -> None:
         path = os.path.join(self.spool, "limit.json")
@@ -219,6 +263,8 @@ class _Supervisor:
         write_unstalled(self.err_fd, line.encode())
         _killpg(pid, signal.SIGCONT)
         _killpg(pid, signal.SIGTERM)
+        # what left the shell's process group (setsid) gets it too: the whole step's cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
 
     def _send_warning(self, pid: int, spec: dict) -> None:
         """``--signal=B:SIG@T``: SIGCONT then SIG to the batch shell alone — not its children
@@ -404,13 +450,14 @@ def _close_all(fds) -> None:
         os.close(fd)
 
 
-def _spawn_job(L: dict, spool: str, out_path: str,
-               err_path: str) -> tuple[int | None, str, int | None]:
+def _spawn_job(L: dict, spool: str, out_path: str, err_path: str,
+               step: confine.StepCgroup | None = None) -> tuple[int | None, str, int | None]:
     """Start the batch script as the job's user in its own session. Returns (pid, "", err_fd)
     or (None, reason, None). ``err_fd`` is the job's stderr, opened as the user and kept for
     Slurm's CANCELLED line. The child runs no Python: subprocess's C fork/exec does setsid, the
     uid/gid/groups switch, umask and the fd plumbing; the shell wrapper enters the working
-    directory as the user."""
+    directory as the user. ``step``: the batch step's cgroup, which the script is born in
+    (confine.born_confined)."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     if os.getuid() != 0 and os.getuid() != uid:
@@ -437,19 +484,22 @@ def _spawn_job(L: dict, spool: str, out_path: str,
     kw = {}
     if os.getuid() == 0 and uid != 0:
         kw = {"user": uid, "group": gid, "extra_groups": groups}
-    argv = ["/bin/sh", "-c", _WRAPPER, script, *workdir_args(L["work_dir"], L["env"]),
+    wrapper = taskprolog.with_task_prolog(_WRAPPER, L.get("task_prolog"))
+    argv = ["/bin/sh", "-c", wrapper, script, *workdir_args(L["work_dir"], L["env"]),
             *(L.get("argv") or [])]
     try:
-        proc = subprocess.Popen(argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd="/",
-                                env=L["env"], start_new_session=True, umask=umask,
-                                close_fds=True, **kw)
-    except OSError as exc:
+        with confine.born_confined(step, 0):
+            proc = subprocess.Popen(argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd="/",
+                                    env=L["env"], start_new_session=True, umask=umask,
+                                    close_fds=True, **kw)
+    except (OSError, CgroupError) as exc:
+        what = "task cgroup" if isinstance(exc, CgroupError) else "execve()"
         try:
-            os.write(err_fd, f"slurmstepd: error: execve(): {exc}\n".encode())
+            os.write(err_fd, f"slurmstepd: error: {what}: {exc}\n".encode())
         except OSError:
             pass
         _close_all(fds)
-        return None, f"slurmstepd: error: execve(): {exc}", None
+        return None, f"slurmstepd: error: {what}: {exc}", None
     _close_all(set(fds) - {err_fd})
     proc.returncode = 0  # reaped by _watch through the pidfd; keep Popen from reaping or warning
     return proc.pid, "", err_fd

@@ -58,7 +58,8 @@ def _warm_up() -> None:
 
 def _serve(chan: socket.socket) -> None:
     # imported here, in the zygote only, so that every supervisor starts with them loaded
-    from muster.agent import stepd, supervisor
+    from muster.agent import confine, stepd, supervisor
+    confine.protect_daemon()  # -1000: the OOM killer never takes the zygote (supervisors inherit it)
     _warm_up()
     def reap(signum, frame):
         try:

@@ -193,7 +193,7 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
         "comment": _s(j.get("comment")),
         "container": "",
         "container_id": "",
-        "contiguous": False,
+        "contiguous": bool(j.get("contiguous")),
         "core_spec": 0,
         "thread_spec": 0,
         "cores_per_socket": num(None),
@@ -253,7 +253,8 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
         "prefer": "",
         "memory_per_cpu": num(j.get("mem_per_cpu")),
         "memory_per_node": num(j.get("mem_per_node")),
-        "minimum_cpus_per_node": num(j.get("cpus_per_task") or 1),
+        "minimum_cpus_per_node": num(max(j.get("cpus_per_task") or 1,
+                                         j.get("min_cpus_node") or 0)),
         "minimum_tmp_disk_per_node": num(0),
         "power": {"flags": []},
         "preempt_time": num(0),
@@ -301,7 +302,7 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
         "user_id": j.get("uid", 0),
         "user_name": _s(j.get("user")),
         "maximum_switch_wait_time": 0,
-        "wckey": "",
+        "wckey": _s(j.get("wckey")),
         "current_working_directory": _s(j.get("work_dir")),
     }
 
@@ -516,11 +517,13 @@ def _step_json(job: dict, s: dict, now: int) -> dict:
         node_names = expand(nodes) if nodes else []
     except Exception:
         node_names = [nodes]
+    u = s.get("usage") or {}
     return {
         "time": {"elapsed": elapsed, "end": num(end or 0), "start": num(start),
-                 "suspended": 0, "system": {"seconds": 0, "microseconds": 0},
-                 "limit": limit(job.get("time_limit")), "total": {"seconds": 0, "microseconds": 0},
-                 "user": {"seconds": 0, "microseconds": 0}},
+                 "suspended": 0, "system": _cpu_time(u.get("sys_ms", 0)),
+                 "limit": limit(job.get("time_limit")),
+                 "total": _cpu_time(u.get("user_ms", 0) + u.get("sys_ms", 0)),
+                 "user": _cpu_time(u.get("user_ms", 0))},
         "exit_code": exit_code(s.get("exit_code"), s.get("exit_signal"),
                                ended=state not in ("RUNNING", "PENDING")),
         "nodes": {"count": s.get("num_nodes") or len(node_names), "range": nodes,
@@ -533,10 +536,32 @@ def _step_json(job: dict, s: dict, now: int) -> dict:
         "statistics": {"CPU": {"actual_frequency": 0}, "energy": {"consumed": num(None)}},
         "step": {"id": f"{job.get('job_id')}.{sid}", "name": _s(s.get("name") or sid)},
         "task": {"distribution": ""},
-        "tres": {"requested": {"max": [], "min": [], "average": [], "total": []},
-                 "consumed": {"max": [], "min": [], "average": [], "total": []},
+        "tres": {"requested": _usage_tres(u.get("in")), "consumed": _usage_tres(u.get("out")),
                  "allocated": tres_list(s.get("tres_alloc"))},
     }
+
+
+def _cpu_time(ms: int) -> dict:
+    return {"seconds": int(ms) // 1000, "microseconds": int(ms) % 1000 * 1000}
+
+
+def _usage_tres(side: dict | None) -> dict:
+    """Usage statistics (controller.usage: TRESUsageIn/Out) as v0.0.40 lists: ``requested``
+    is what the tasks used (In), ``consumed`` what they wrote out (Out), as slurmrestd has it."""
+    side = side or {}
+    out = {}
+    for key, kind in (("max", "max"), ("min", "min"), ("average", "ave"), ("total", "tot")):
+        items = []
+        for name in sorted(side.get(kind) or {}):
+            typ, _, sub = name.partition("/") if name.startswith("gres/") else (name, "", "")
+            item = {"type": typ, "name": sub, "id": _TRES_IDS.get(name, 1000 + len(items)),
+                    "count": int(side[kind][name])}
+            if kind in ("max", "min"):
+                item["node"] = str(side.get(kind + "_node", {}).get(name, ""))
+                item["task"] = int(side.get(kind + "_task", {}).get(name, 0))
+            items.append(item)
+        out[key] = items
+    return out
 
 
 def _acct_job(j: dict, now: int, cluster: str) -> dict:
@@ -597,7 +622,7 @@ def _acct_job(j: dict, now: int, cluster: str) -> dict:
                  "requested": tres_list(j.get("tres_req"))},
         "used_gres": "",
         "user": _s(j.get("user")),
-        "wckey": {"wckey": "", "flags": []},
+        "wckey": {"wckey": _s(j.get("wckey")), "flags": []},
         "working_directory": _s(j.get("work_dir")),
     }
 

@@ -7,6 +7,7 @@ TRES strings are printed sorted by name (``billing=1,cpu=1,gres/gpu=2,mem=1G,nod
 """
 from __future__ import annotations
 
+from muster.cli import fmt_usage
 from muster.common.hostlist import compress  # noqa: F401  (kept for callers)
 from muster.common.units import fmt_mem
 from muster.common.timefmt import fmt_duration_long, fmt_iso, fmt_limit_long
@@ -15,6 +16,16 @@ __all__ = ["FIELDS", "DEFAULT_FIELDS", "BRIEF_FIELDS", "parse_fields", "render",
            "job_id_str", "sort_tres"]
 
 DEFAULT_FIELDS = "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode"
+LONG_FIELDS = (  # sacct -l (Slurm's LONG_FIELDS)
+    "JobID,JobIDRaw,JobName,Partition,MaxVMSize,MaxVMSizeNode,MaxVMSizeTask,AveVMSize,MaxRSS,"
+    "MaxRSSNode,MaxRSSTask,AveRSS,MaxPages,MaxPagesNode,MaxPagesTask,AvePages,MinCPU,"
+    "MinCPUNode,MinCPUTask,AveCPU,NTasks,AllocCPUS,Elapsed,State,ExitCode,AveCPUFreq,"
+    "ReqCPUFreqMin,ReqCPUFreqMax,ReqCPUFreqGov,ReqMem,ConsumedEnergy,MaxDiskRead,"
+    "MaxDiskReadNode,MaxDiskReadTask,AveDiskRead,MaxDiskWrite,MaxDiskWriteNode,"
+    "MaxDiskWriteTask,AveDiskWrite,ReqTRES,AllocTRES,TRESUsageInAve,TRESUsageInMax,"
+    "TRESUsageInMaxNode,TRESUsageInMaxTask,TRESUsageInMin,TRESUsageInMinNode,"
+    "TRESUsageInMinTask,TRESUsageInTot,TRESUsageOutMax,TRESUsageOutMaxNode,"
+    "TRESUsageOutMaxTask,TRESUsageOutAve,TRESUsageOutTot")
 BRIEF_FIELDS = "JobID,State,ExitCode"
 
 
@@ -169,6 +180,7 @@ FIELDS = {
     "Priority": (10, _job_only(lambda j, st, c: str(j.get("priority", 0)))),
     "QOS": (10, _job_only(lambda j, st, c: j.get("qos") or "")),
     "Comment": (14, _job_only(lambda j, st, c: j.get("comment") or "")),
+    "WCKey": (10, _job_only(lambda j, st, c: j.get("wckey") or "")),
     "WorkDir": (20, _job_only(lambda j, st, c: j.get("work_dir") or "")),
     "SubmitLine": (20, _job_only(lambda j, st, c: j.get("submit_line") or "")),
     "Restarts": (8, _job_only(lambda j, st, c: str(j.get("restarts", 0)))),
@@ -182,6 +194,25 @@ FIELDS = {
     "SubmitHost": (20, _job_only(lambda j, st, c: j.get("submit_host") or "")),
     "Flags": (19, lambda j, st, c: "SchedMain" if st is None and j.get("start_time") else ""),
 }
+
+
+def _usage_field(name: str):
+    """A usage statistic (fmt_usage): a step row shows its step's final figures (blank
+    while it runs, TotalCPU 00:00:00); a job row only the CPU totals over its steps."""
+    width, get = fmt_usage.FIELDS[name]
+
+    def getter(j, st, c):
+        if st is not None:
+            return get(st.get("usage"), c)
+        if name in fmt_usage.JOB_TOTALS:
+            return fmt_usage.job_total(name, j.get("steps") or [])
+        return ""
+    return width, getter
+
+
+FIELDS.update({name: _usage_field(name) for name in fmt_usage.FIELDS})
+for _name in ("ReqCPUFreqMin", "ReqCPUFreqMax", "ReqCPUFreqGov"):  # no --cpu-freq
+    FIELDS.setdefault(_name, (13, lambda j, st, c: "Unknown"))
 _BY_LOWER = {k.lower(): k for k in FIELDS}
 
 
@@ -235,10 +266,12 @@ def _cell(value: str, width: int, left: bool) -> str:
 
 def render(jobs: list[dict], *, fields: list | str | None = None, parsable: bool = False,
            parsable2: bool = False, delimiter: str = "|", noheader: bool = False,
-           allocations_only: bool = False, now: int = 0, cluster: str = "") -> str:
+           allocations_only: bool = False, now: int = 0, cluster: str = "",
+           units: str | None = None, noconvert: bool = False) -> str:
     """``fields``: a ``--format`` string or the output of ``parse_fields`` (None = the
     default field list).  Jobs are printed in the given order, each followed by its steps
-    (unless ``allocations_only``)."""
+    (unless ``allocations_only``). ``units``/``noconvert``: sacct's ``--units``/
+    ``--noconvert`` for sizes (MaxRSS, ...)."""
     if fields is None:
         fields = DEFAULT_FIELDS
     if isinstance(fields, str):
@@ -249,7 +282,7 @@ def render(jobs: list[dict], *, fields: list | str | None = None, parsable: bool
         if width is None:
             width, left = abs(dw), dw < 0
         specs.append((name, width, left, getter))
-    ctx = {"now": now, "cluster": cluster}
+    ctx = {"now": now, "cluster": cluster, "units": units, "noconvert": noconvert}
     rows = []
     for j in jobs:
         if not j.get("_steps_only"):  # sacct -j A.S: only the named steps

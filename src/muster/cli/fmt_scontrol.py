@@ -99,7 +99,7 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
         mem_line = f"MinMemoryCPU={_mem(j['mem_per_cpu'])}"
     else:
         mem_line = "MinMemoryNode=0"
-    min_cpus = (j.get("cpus_per_task") or 1) * max(1, ntpn)
+    min_cpus = max((j.get("cpus_per_task") or 1) * max(1, ntpn), j.get("min_cpus_node") or 0)
     lines = [
         first,
         f"   UserId={j.get('user')}({j.get('uid')}) GroupId={j.get('group')}({j.get('gid')}) MCS_label=N/A",
@@ -137,12 +137,15 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
     lines += [
         f"   MinCPUsNode={min_cpus} {mem_line} MinTmpDiskNode=0",
         f"   Features={_n(j.get('features'))} DelayBoot=00:00:00",
-        f"   OverSubscribe={'NO' if j.get('exclusive') else 'OK'} Contiguous=0 Licenses=(null) Network=(null)",
+        f"   OverSubscribe={'NO' if j.get('exclusive') else 'OK'} "
+        f"Contiguous={1 if j.get('contiguous') else 0} Licenses=(null) Network=(null)",
         f"   Command={_n(j.get('command'))}",
         f"   WorkDir={j.get('work_dir', '')}",
     ]
     if j.get("comment"):
         lines.append(f"   Comment={j['comment']} ")
+    if j.get("wckey"):
+        lines.append(f"   WCKey={j['wckey']}")
     lines += [
         f"   StdErr={j.get('std_err') or ''}",
         f"   StdIn={j.get('std_in') or '/dev/null'}",

@@ -28,10 +28,11 @@ options used are checked against it: a refused one stops sbatch, a warned one ad
 ``sbatch: warning: ...`` line to ``inv.warnings``.
 
 Stored in the request as extra keys (beyond the records.md table): ``constraint`` (-C),
-``mail_type``, ``mail_user``, ``deadline`` (epoch), ``clusters`` (-M) and ``licenses`` (-L),
-which the controller checks and honours or refuses; ``gpu_bind`` and ``distribution`` (-m)
-also go to the job's environment (``SLURM_GPU_BIND``, ``SLURM_DISTRIBUTION``) for its steps;
-``uid``/``gid`` (root only, checked by the controller); the rest (``wckey``, ``no_kill``,
+``mail_type``, ``mail_user``, ``deadline`` (epoch), ``mincpus``, ``contiguous``, ``wckey``,
+``clusters`` (-M) and ``licenses`` (-L), which the controller checks and honours or
+refuses; ``gpu_bind`` and ``distribution`` (-m) also go to the job's environment
+(``SLURM_GPU_BIND``, ``SLURM_DISTRIBUTION``) for its steps;
+``uid``/``gid`` (root only, checked by the controller); the rest (``no_kill``,
 ``oversubscribe``, ``exclusive_mode``, ``kill_on_invalid_dep``, ``overcommit``, ``hint``,
 ``tres_per_task``, ``mpi``, ``propagate``, ``get_user_env``) are warned about.
 """
@@ -189,6 +190,8 @@ def _empty_request() -> dict[str, object]:
         "mail_type": None,
         "mail_user": None,
         "wckey": None,
+        "mincpus": None,
+        "contiguous": False,
         "no_kill": False,
         "oversubscribe": False,
         "exclusive_mode": None,
@@ -734,7 +737,7 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "cluster-constraint", REQUIRED, _h_ignore),
     (None, "comment", REQUIRED, _h_str("comment")),
     (None, "container", REQUIRED, _h_ignore),
-    (None, "contiguous", NO_ARG, _h_ignore),
+    (None, "contiguous", NO_ARG, _h_const("contiguous", True)),
     (None, "cores-per-socket", REQUIRED, _h_ignore),
     (None, "cpu-freq", REQUIRED, _h_ignore),
     (None, "cpus-per-gpu", REQUIRED, _h_int("cpus_per_gpu", "--cpus-per-gpu")),
@@ -760,7 +763,7 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "mem-bind", REQUIRED, _h_ignore),
     (None, "mem-per-cpu", REQUIRED, _h_mem("mem_per_cpu")),
     (None, "mem-per-gpu", REQUIRED, _h_mem("mem_per_gpu")),
-    (None, "mincpus", REQUIRED, _h_ignore),
+    (None, "mincpus", REQUIRED, _h_int("mincpus", "--mincpus")),
     (None, "mpi", REQUIRED, _h_str("mpi")),
     (None, "network", REQUIRED, _h_ignore),
     (None, "nice", OPTIONAL, _h_nice),

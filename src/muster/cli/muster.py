@@ -130,6 +130,104 @@ def _detect_gpus() -> tuple[int, str | None]:
         return 0, None
 
 
+NVIDIA_MAJOR = 195  # the NVIDIA driver's character-device major
+
+
+def _emulated_gpu_files(state: str, names: list[str], count: int) -> dict[str, str]:
+    """Give each node's emulated GPUs real device nodes, for gres.conf ``File=``: character
+    devices ``<state>/dev/<node>/nvidia<i>`` (NVIDIA's major 195, minor i, mode 0666), so a
+    device cgroup (cgroup.conf ConstrainDevices) can allow or deny them like real GPUs. With no
+    NVIDIA driver an open() of an allowed one fails with ENXIO (no driver behind the number);
+    one the job's cgroup denies fails with EPERM before the driver is asked.
+
+    Returns {node: File expression}; {} after a note on stderr when device nodes cannot be
+    made here (not root, a nodev file system, a path gres.conf cannot spell): the nodes then
+    keep Count= lines, i.e. GPUs without device files, which nothing can confine."""
+    import stat
+    from muster.common import hostlist
+    from muster.common.securefs import UnsafePath, ensure_private_dir
+    base = os.path.join(state, "dev")
+    try:
+        if os.statvfs(state).f_flag & os.ST_NODEV:
+            raise PermissionError(f"{state} is on a file system mounted nodev")
+        ensure_private_dir(base, "GPU device directory")
+        out = {}
+        for name in names:
+            d = os.path.join(base, name)
+            ensure_private_dir(d, "GPU device directory")
+            paths = [_mknod_gpu(os.path.join(d, f"nvidia{i}"), i, stat) for i in range(count)]
+            expr = hostlist.compress(paths)
+            if hostlist.expand(expr) != paths:
+                raise ValueError(f"gres.conf cannot spell the path {paths[0]}")
+            out[name] = expr
+        return out
+    except (OSError, UnsafePath, ValueError) as exc:
+        sys.stderr.write(f"muster: note: emulated GPUs get no device files ({exc}); gres.conf "
+                         "keeps Count= lines and ConstrainDevices cannot confine them\n")
+        return {}
+
+
+def _real_gpu_files(names: list[str], count: int) -> dict[str, str]:
+    """Real NVIDIA GPUs: the first ``count`` NVML devices' files (/dev/nvidia<minor>) for
+    every node (nodes emulated on one host share its GPUs); {} when NVML or a file is
+    missing (Count= lines then, as before)."""
+    from muster.common import hostlist
+    from muster.config.gresfiles import nvml_minors
+    paths = [f"/dev/nvidia{m}" for m in nvml_minors()[:count]]
+    if len(paths) < count or not all(os.path.exists(p) for p in paths):
+        return {}
+    expr = hostlist.compress(paths) if hostlist.expand(hostlist.compress(paths)) == paths \
+        else ",".join(paths)
+    return dict.fromkeys(names, expr)
+
+
+def _mknod_gpu(path: str, minor: int, stat) -> str:
+    """Make (or keep, when it already is one) character device 195:minor at path, mode 0666."""
+    want = os.makedev(NVIDIA_MAJOR, minor)
+    try:
+        st = os.lstat(path)
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == want:
+            os.chmod(path, 0o666)
+            return path
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    os.mknod(path, stat.S_IFCHR | 0o666, want)
+    os.chmod(path, 0o666)  # mknod's mode is filtered by the umask
+    return path
+
+
+CGROUP_CONF = """\
+# Written by `muster up`: confine each job to what it was given (Slurm's task/cgroup).
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+ConstrainDevices=yes
+"""
+
+
+def _confinement(glob: dict, wanted: bool = True) -> str:
+    """Slurm's confinement settings when this node can confine jobs (root, a writable cgroup
+    hierarchy) and ``wanted`` (not ``--no-confine``): ProctrackType/TaskPlugin into ``glob``
+    and the cgroup.conf text. Otherwise process tracking by session (proctrack/pgid) and no
+    constraints; the agent says why."""
+    from muster.agent.cgroup import CgroupError, open_hierarchy
+    if not wanted:
+        glob.update({"ProctrackType": "proctrack/pgid", "TaskPlugin": "task/none"})
+        return "# Written by `muster up --no-confine`: jobs are not confined.\n"
+    try:
+        able = os.geteuid() == 0 and open_hierarchy() is not None
+    except (CgroupError, OSError):
+        able = False
+    if not able:
+        glob.update({"ProctrackType": "proctrack/pgid", "TaskPlugin": "task/none"})
+        return "# Written by `muster up`: this node cannot confine jobs (not root, or no " \
+               "writable cgroup hierarchy).\n"
+    glob.update({"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup,task/affinity"})
+    return CGROUP_CONF
+
+
 def cmd_up(args) -> int:
     from muster.common import auth
     from muster.config import load, render
@@ -159,11 +257,17 @@ def cmd_up(args) -> int:
         gpus = args.gpus_per_node if args.gpus_per_node is not None else (real_gpus or 8)
         cpus, mem = args.cpus_per_node, args.mem_per_node
         nodes = []
+        node_names = [f"node{i}" for i in range(1, args.nodes + 1)]
+        files = {} if not gpus else (_real_gpu_files(node_names, gpus) if real_gpus else
+                                     _emulated_gpu_files(state, node_names, gpus))
         for i in range(1, args.nodes + 1):
             n = {"NodeName": f"node{i}", "NodeAddr": node_addr(i), "NodeHostname": f"node{i}",
                  "CPUs": cpus, "RealMemory": mem, "State": "UNKNOWN"}
             if gpus:
                 n["Gres"] = f"gpu:{gtype}:{gpus}" if (gtype and real_gpus) else f"gpu:{gpus}"
+            if f"node{i}" in files:
+                n["GresConf"] = [{"Name": "gpu", "Type": gtype if real_gpus else None,
+                                  "File": files[f"node{i}"]}]
             nodes.append(n)
         names = f"node[1-{args.nodes}]" if args.nodes > 1 else "node1"
         parts = []
@@ -179,11 +283,14 @@ def cmd_up(args) -> int:
                 "SelectTypeParameters": "CR_Core_Memory"}
         if gpus:
             glob["GresTypes"] = "gpu"
+        cgroup_conf = _confinement(glob, not args.no_confine)
         slurm_conf, gres_conf = render("muster", nodes, parts, glob)
         with open(conf, "w") as fh:
             fh.write(slurm_conf)
         with open(os.path.join(state, "gres.conf"), "w") as fh:
             fh.write(gres_conf)
+        with open(os.path.join(state, "cgroup.conf"), "w") as fh:
+            fh.write(cgroup_conf)
         cfg = load(conf)
     for ptr in ([] if args.no_link else _pointer_paths()):
         os.makedirs(os.path.dirname(ptr), exist_ok=True)
@@ -326,6 +433,7 @@ def cmd_down(args) -> int:
     for pid in procs:
         if _alive(pid):
             _signal(pid, signal.SIGKILL)
+    _remove_job_trees(spool_root)
     os.unlink(os.path.join(state, PIDS))
     try:
         os.unlink(os.path.join(state, RESTD_INFO))
@@ -333,6 +441,18 @@ def cmd_down(args) -> int:
         pass
     print("Muster cluster stopped")
     return 0
+
+
+def _remove_job_trees(spool_root: str) -> None:
+    """What the jobs left in their cgroups (daemons that left the process group) dies with
+    the cluster, and the nodes' cgroup trees go (muster.agent.confine)."""
+    try:
+        nodes = [e.path for e in os.scandir(spool_root) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    from muster.agent.confine import remove_node_tree
+    for spool in nodes:
+        remove_node_tree(spool)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -411,6 +531,9 @@ def _main() -> int:
     up.add_argument("--timeout", type=float, default=60)
     up.add_argument("--emulate", action="store_true",
                     help="serve every node from one musterd process (large emulated clusters)")
+    up.add_argument("--no-confine", action="store_true",
+                    help="do not confine jobs with cgroups (proctrack/pgid, task/none); "
+                         "for comparisons and nodes that cannot")
     up.add_argument("--no-link", action="store_true",
                     help="do not link the config from ~/.config/muster and /etc/muster "
                          "(several clusters side by side; use MUSTER_CONF)")

@@ -45,6 +45,12 @@ STATUS: dict[str, object] = {
     "constraint": (H, "&, |, [a|b] (one alternative for all nodes), counts a*N, parentheses; "
                       "an unknown feature is refused: Invalid feature specification"),
     "nodelist": (H, ""), "exclude": (H, ""),
+    "mincpus": (H, "a node needs that many free CPUs and the job gets them there "
+                   "(MinCPUsNode)"),
+    "contiguous": (H, "consecutive nodes in slurm.conf order: the fewest that hold the job, "
+                      "then best fit"),
+    "wckey": (H, "stored and shown (scontrol WCKey=, squeue %w, sacct WCKey); no WCKey "
+                 "associations are checked"),
     "nodefile": (H, "the file's node names, as --nodelist"),
     "exclusive": (H, "=user, =mcs and =topo get whole nodes too (stricter): warned"),
     "partition": (H, ""), "account": (H, ""), "qos": (H, ""), "reservation": (H, ""),
@@ -85,10 +91,10 @@ STATUS: dict[str, object] = {
     "cores-per-socket": (W, _SOCKETS), "threads-per-core": (W, _SOCKETS),
     "ntasks-per-core": (W, _SOCKETS), "ntasks-per-socket": (W, _SOCKETS),
     "hint": (W, _SOCKETS), "core-spec": (W, "no specialized cores"),
-    "thread-spec": (W, "no specialized threads"), "mincpus": (W, "no per-node CPU minimum"),
+    "thread-spec": (W, "no specialized threads"),
     "ntasks-per-gpu": (W, "tasks are not derived from GPUs"),
     "gres-flags": (W, "no CPU-GPU affinity"), "mem-bind": (W, "no NUMA memory binding"),
-    "tmp": (W, "TmpDisk is not scheduled"), "contiguous": (W, "nodes are not contiguous"),
+    "tmp": (W, "TmpDisk is not scheduled"),
     "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "nodes are chosen "
                                                                          "best-fit"),
     "switches": (W, "switch counts are not requested"),
@@ -105,7 +111,6 @@ STATUS: dict[str, object] = {
     "profile": (W, "no profiling plugin"), "reboot": (W, "nodes are not rebooted"),
     "mcs-label": (W, "no MCS plugin"), "cpu-freq": (W, "no CPU frequency control"),
     "cluster-constraint": (W, "no federation"),
-    "wckey": (W, "no WCKeys in accounting"),
     "tres-per-task": (W, "use --gpus-per-task / --cpus-per-task"),
     "mpi": (W, "no PMI server: start MPI programs with their own launcher"),
     "bb": (R, "no burst buffers"), "bbf": (R, "no burst buffers"),
@@ -134,7 +139,11 @@ STATUS: dict[str, object] = {
                        "salloc": (W, "srun option")},
     "preserve-env": {"srun": (W, "the step's counts come from the command line"),
                      "salloc": (W, "srun option")},
-    "cpu-bind": {"srun": (W, "tasks are not bound to CPUs"), "salloc": (W, "srun option")},
+    "cpu-bind": {"srun": (H, "with TaskPlugin=task/affinity (else ignored, as Slurm does): "
+                             "none, cores/threads (default when tasks × cpus-per-task fill the "
+                             "step), rank, map_cpu, mask_cpu, verbose; sockets/ldoms/boards "
+                             "bind to all the step's CPUs on the node"),
+                 "salloc": (W, "srun option")},
     "accel-bind": {"srun": (W, "no accelerator binding"), "salloc": (W, "srun option")},
     "resv-ports": {"srun": (W, "no reserved ports (MASTER_PORT is set)"),
                    "salloc": (W, "srun option")},

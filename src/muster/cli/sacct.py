@@ -22,6 +22,7 @@ PARSER = GetoptParser("sacct", [
     OptSpec("L", "allclusters"), OptSpec(None, "units", REQUIRED), OptSpec(None, "json"),
     OptSpec(None, "yaml"), OptSpec("T", "truncate"), OptSpec(None, "array"),
     OptSpec("x", "associations", REQUIRED), OptSpec("q", "qos", REQUIRED),
+    OptSpec(None, "noconvert"),
 ], exit_code=1, hint=False)
 
 _STATE_ALIASES = {"CA": "CANCELLED", "CD": "COMPLETED", "F": "FAILED", "TO": "TIMEOUT",
@@ -111,6 +112,8 @@ def _main() -> int:
             selectors.append(sel)
             job_ids.append(sel[0])
     fmt = opts.get("format") or env.get("SACCT_FORMAT")
+    if opts.get("long") and not opts.get("format"):
+        fmt = fmt_sacct.LONG_FIELDS
     if opts.get("brief"):
         fmt = ",".join(fmt_sacct.BRIEF_FIELDS) if hasattr(fmt_sacct, "BRIEF_FIELDS") else "JobID,State,ExitCode"
     fields = None
@@ -177,9 +180,15 @@ def _main() -> int:
     out = fmt_sacct.render(
         jobs, fields=fields, parsable=bool(opts.get("parsable")), parsable2=bool(opts.get("parsable2")),
         delimiter=opts.get("delimiter") or "|", noheader=bool(opts.get("noheader")),
-        allocations_only=bool(opts.get("allocations")), now=reply["now"], cluster=reply.get("cluster", ""))
+        allocations_only=bool(opts.get("allocations")), now=reply["now"], cluster=reply.get("cluster", ""),
+        units=_units(opts.get("units")), noconvert=bool(opts.get("noconvert")))
     sys.stdout.write(out)
     return 0
+
+
+def _units(text: str | None) -> str | None:
+    """``--units=[KMGTP]``: sizes in that unit; anything else as without the option."""
+    return text[0].upper() if text and text[0].upper() in "KMGTP" else None
 
 
 def main() -> None:

@@ -141,9 +141,38 @@ def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocat
     inv.req = b.req
     for line in b.inv.warnings + optstatus.check(prog, [o.spec.long or o.spec.short for o in occ]):
         sys.stderr.write(line + "\n")
+    if prog == PROG:
+        _check_cpu_bind(inv.srun.get("cpu_bind") or environ.get("SLURM_CPU_BIND"))
     inv.flags = {k: getattr(b.inv, k, False) for k in ("help", "version", "verbose", "quiet")}
     inv.argv = operands
     return inv
+
+
+CPU_BIND_HELP = """--cpu-bind=[quiet|verbose,]TYPE  (applied with TaskPlugin=task/affinity)
+  quiet | verbose     bind silently (default), or report each task's mask on its stderr
+  none                leave the tasks unbound
+  cores | threads     each task gets cpus-per-task CPUs of the step, in rank order
+  rank                task k gets the step's k-th CPU
+  map_cpu:ID,...      task k gets CPU ID number k (the list repeats; ID*N repeats N times)
+  mask_cpu:MASK,...   task k gets the CPUs of hex mask number k
+  sockets | ldoms | boards, rank_ldom, map_ldom:, mask_ldom:
+                      all of the step's CPUs on the node (Muster knows no topology)
+  help                this text"""
+
+
+def _check_cpu_bind(spec: str | None) -> None:
+    """--cpu-bind (else SLURM_CPU_BIND) is refused here, before any allocation, when
+    invalid; ``help`` prints the types and exits 0, as srun does."""
+    if spec is None:
+        return
+    if spec.strip().lower() == "help":
+        print(CPU_BIND_HELP)
+        raise CliExit([], 0)
+    from muster.common import cpubind
+    try:
+        cpubind.parse(spec)
+    except ValueError as exc:
+        raise _err(str(exc)) from None
 
 
 # ---- controller connection ------------------------------------------------------------------
@@ -610,7 +639,10 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
         node = task_node.get(t, "?")
         if e is None:
             continue
-        if e.get("signal"):
+        if e.get("oom"):  # the OOM killer struck in the task's cgroup (Slurm's SIG_OOM)
+            groups.setdefault((node, "Out Of Memory"), []).append(t)
+            code = max(code, e.get("exit_code") or 128 + (e.get("signal") or 9))
+        elif e.get("signal"):
             name = sigmod.strsignal(e["signal"]) or f"Signal {e['signal']}"
             groups.setdefault((node, name), []).append(t)
             code = max(code, 128 + e["signal"])
@@ -651,6 +683,7 @@ def _step_request(inv: Invocation, env: dict, inside: bool) -> dict:
         "distribution": r.get("distribution") or env.get("SLURM_DISTRIBUTION") or "block",
         "overlap": _flag(s.get("overlap"), env, "SLURM_OVERLAP"),
         "gpu_bind": r.get("gpu_bind") or env.get("SLURM_GPU_BIND"),
+        "cpu_bind": s.get("cpu_bind") or os.environ.get("SLURM_CPU_BIND"),
         "argv": inv.argv, "cwd": r.get("work_dir"), "name": r.get("name"),
         "label": bool(s.get("label")),
         "open_mode": _open_mode(s.get("open-mode") or s.get("open_mode") or env.get("SLURM_OPEN_MODE")),

@@ -37,7 +37,7 @@ import time
 KEY_BYTES = 32
 CRED_TTL = 300  # seconds a job credential stays valid after it is minted
 CRED_OPS = frozenset({"launch", "launch_step", "terminate", "signal", "signal_step",
-                      "update_limit", "kill_list"})
+                      "update_limit", "kill_list", "prolog", "epilog"})
 
 
 class CredentialError(Exception):

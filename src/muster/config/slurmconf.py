@@ -249,6 +249,9 @@ class ClusterConfig:
     task_prolog: str | None = None
     task_epilog: str | None = None
     prolog_flags: tuple[str, ...] = ()
+    prolog_epilog_timeout: int | None = None  # seconds; None: wait indefinitely
+    prolog_timeout: int | None = None  # overrides PrologEpilogTimeout for Prolog(Slurmctld)
+    epilog_timeout: int | None = None  # ... and for Epilog(Slurmctld)
     preempt_type: str = "preempt/none"
     preempt_mode: str = "OFF"
     preempt_exempt_time: int = 0
@@ -427,6 +430,9 @@ _TYPED_GLOBALS: dict[str, tuple[str, str]] = {
     "TaskProlog": ("task_prolog", "optstr"),
     "TaskEpilog": ("task_epilog", "optstr"),
     "PrologFlags": ("prolog_flags", "list_upper"),
+    "PrologEpilogTimeout": ("prolog_epilog_timeout", "int"),
+    "PrologTimeout": ("prolog_timeout", "int"),
+    "EpilogTimeout": ("epilog_timeout", "int"),
     "PreemptType": ("preempt_type", "str"),
     "PreemptMode": ("preempt_mode", "upper"),
     "PreemptExemptTime": ("preempt_exempt_time", "time_sec"),
@@ -458,7 +464,7 @@ _ACCEPTED_GLOBALS = (
     "CommunicationParameters CoreSpecPlugin CpuFreqDef CpuFreqGovernors DataParserParameters "
     "DebugFlags DefaultStorageHost DefaultStorageLoc DefaultStoragePass DefaultStoragePort "
     "DefaultStorageType DefaultStorageUser DisableRootJobs EioTimeout EpilogMsgTime "
-    "EpilogTimeout ExtSensorsFreq ExtSensorsType FastSchedule FederationParameters "
+    "ExtSensorsFreq ExtSensorsType FastSchedule FederationParameters "
     "GetEnvTimeout GpuFreqDef GroupUpdateForce GroupUpdateTime HashPlugin HealthCheckNodeState "
     "InteractiveStepOptions JobAcctGatherParams JobCheckpointDir JobCompHost JobCompLoc "
     "JobCompParams JobCompPass JobCompPort JobCompUser JobContainerType "
@@ -467,7 +473,7 @@ _ACCEPTED_GLOBALS = (
     "MCSParameters MCSPlugin MemLimitEnforce MetricsType MpiParams NodeFeaturesPlugins "
     "PluginDir PlugStackConfig PowerParameters PowerPlugin PreemptParameters PrEpParameters "
     "PrEpPlugins PriorityParameters PrioritySiteFactorParameters PrioritySiteFactorPlugin "
-    "PrivateData PrologEpilogTimeout PrologTimeout PropagatePrioProcess "
+    "PrivateData PropagatePrioProcess "
     "PropagateResourceLimits PropagateResourceLimitsExcept RebootProgram ReconfigFlags "
     "ResumeFailProgram ResumeProgram ResumeRate ResumeTimeout ResvEpilog ResvProlog "
     "RoutePlugin SallocDefaultCommand SchedulerTimeSlice ScronParameters SlurmctldDebug "

@@ -416,14 +416,17 @@ def dash(ctl, msg, uid, gid):
         gpu_owner.append([owners.get(g, 0) for g in n.gpu_indices])
     cols = ("id", "display_id", "name", "user", "account", "partition", "state", "reason",
             "submit", "start", "end", "limit", "nodes", "gpus", "cpus", "priority", "exit",
-            "array_job_id", "num_nodes")
+            "array_job_id", "num_nodes", "use", "mem")
     rows = []
+    use = ctl.usage.by_job()  # running jobs' [cpu %, resident bytes, GPU %|None] now
     for j in st.jobs.values():
         rows.append([j.job_id, j.display_id, j.name, j.user, j.account, j.partition,
                      _job_state(j), j.reason_desc or j.reason, j.submit_time,
                      j.expected_start if j.state == "PENDING" else j.start_time,
                      j.end_time, j.time_limit, j.node_list, _job_gpus(j), j.num_cpus,
-                     j.priority, f"{j.exit_code}:{j.exit_signal}", j.array_job_id, j.num_nodes])
+                     j.priority, f"{j.exit_code}:{j.exit_signal}", j.array_job_id, j.num_nodes,
+                     use.get(j.job_id) if j.state == "RUNNING" else None,
+                     sum(a.get("mem", 0) for a in j.alloc)])
     return {"now": t, "cluster": ctl.cfg.cluster_name,
             "nodes": {"name": names, "state": states, "flags": flags, "cpus": cpus,
                       "cpus_alloc": cpus_alloc, "mem": mem, "mem_alloc": mem_alloc,

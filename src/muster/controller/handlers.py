@@ -60,6 +60,7 @@ STDIN = ("'all', 'none' or a task id",
          lambda v: v in ("all", "none") or (_is_int(v) and 0 <= v < 2**32))
 
 JOB_REF = {"job_id": ID, "task": ID}
+STEP_REF = {"job_id": ID, "task": ID, "step_id": ID}  # scancel J[_T].S (controller.stepkill)
 FILTERS = {"uid": INT, "name": STR, "partition": STR, "account": STR, "qos": STR,
            "states": [STR], "nodes": [STR]}
 STEP = {"argv": [STR], "env": OBJ, "name": STR, "cwd": STR, "io_port": PORT,
@@ -80,7 +81,8 @@ REQUEST_FIELDS: dict[str, dict] = {
     "partitions": {"name": STR},
     "acct": {"job_ids": [ID], "uids": [INT], "all_users": BOOL, "start": INT, "end": INT,
              "duplicates": BOOL},
-    "cancel": {"jobs": [JOB_REF], "filters": FILTERS, "signal": INT, "scope": STR},
+    "cancel": {"jobs": [JOB_REF], "steps": [STEP_REF], "filters": FILTERS, "signal": INT,
+               "scope": STR},
     "hold": {"jobs": [JOB_REF], "user_hold": BOOL},
     "release": {"jobs": [JOB_REF]},
     "requeue": {"jobs": [JOB_REF], "hold": BOOL},
@@ -380,8 +382,13 @@ def acct(ctl, msg, uid, gid):
     if end is not None and not ids:
         recs = [r for r in recs if r["submit_time"] <= end]
     steps = st.store.steps_of([r["job_id"] for r in recs])
+    usage = st.store.usage_of([r["job_id"] for r in recs])
     for r in recs:
         r["steps"] = sorted(steps.get(r["job_id"], []), key=_step_order)
+        for s in r["steps"]:  # final usage statistics (controller.usage), once ended
+            u = usage.get(r["job_id"], {}).get(str(s.get("step_id")))
+            if u is not None and s.get("end_time"):
+                s["usage"] = u
     if msg.get("duplicates"):
         runs = st.store.runs_of([r["job_id"] for r in recs])
         extra_rows = []
@@ -494,7 +501,8 @@ def cancel(ctl, msg, uid, gid):
     """Cancel or signal. ``signal``: None = cancel; else a signal number.
     ``scope``: ``all`` (cancel default), ``batch`` (-b), ``full`` (-f), ``steps`` (-s default).
     Jobs the caller may not touch are reported in ``errors`` (as scancel prints them); an
-    unknown job id refuses the whole request."""
+    unknown job id refuses the whole request. ``steps`` instead of ``jobs``: those steps
+    alone, whatever the scope (:func:`_cancel_steps`)."""
     st = ctl.state
     sig = msg.get("signal")
     if sig is not None and not 0 < sig < 65:
@@ -502,6 +510,8 @@ def cancel(ctl, msg, uid, gid):
     scope = msg.get("scope") or ("all" if sig is None else "steps")
     if scope not in ("all", "batch", "full", "steps"):
         raise RequestError("Invalid scope", "invalid_request")
+    if msg.get("steps") is not None:
+        return _cancel_steps(ctl, msg, uid, sig)
     with st.store.transaction():
         errors = []
         allowed = []
@@ -537,6 +547,22 @@ def cancel(ctl, msg, uid, gid):
             done.append(job.display_id)
     ctl.request_schedule()
     return {"done": done, "errors": errors}
+
+
+def _cancel_steps(ctl, msg, uid, sig):
+    """``steps`` (J[_T].S references): those steps alone, never their jobs; a request names
+    steps or jobs, not both (an unknown job id refuses a whole job request, steps report
+    one by one). ``filters`` only narrow the named steps' jobs (controller.stepkill)."""
+    from muster.controller import stepkill
+    if msg.get("jobs") is not None:
+        raise RequestError("Invalid request: steps and jobs in one cancel", "invalid_request")
+    if any(r.get("job_id") is None or r.get("step_id") is None for r in msg["steps"]):
+        raise RequestError("Invalid request: a step reference needs job_id and step_id",
+                           "invalid_request")
+    keep = {j.job_id for j in _filtered(ctl, {"filters": msg["filters"]})} \
+        if msg.get("filters") else None
+    with ctl.state.store.transaction():
+        return stepkill.cancel_steps(ctl, msg["steps"], uid, sig, keep)
 
 
 def _cancel_one(ctl, job: Job, uid: int) -> None:
@@ -851,6 +877,7 @@ def step_signal(ctl, msg, uid, gid):
 
 from muster.controller import api_ops  # noqa: E402,F401  (REST/metrics/dashboard ops)
 from muster.controller import acct_ops  # noqa: E402,F401  (sacctmgr/sprio/sshare/reservations)
+from muster.controller import usage as _usage  # noqa: E402,F401  (sstat)
 
 
 @op("step_status")

@@ -42,6 +42,7 @@ from muster.controller.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBu
                                      LinkForged, cap_reads, frame, respond)
 from muster.controller.scheduling import apply_plan, build_snapshot, sched_config
 from muster.controller.state import ClusterState, identity, now
+from muster.controller.steps import node_alloc
 from muster.core import schedule
 from muster.lifecycle import job as lifecycle
 from muster.model.job import RUNNING
@@ -126,7 +127,11 @@ class Controller:
         self.state.ctl = self
         self.sched_cfg = sched_config(cfg)
         from muster.controller.steps import StepManager
+        from muster.controller.usage import UsageBook
         self.steps = StepManager(self)
+        from muster.controller.prologs import Prologs
+        self.prologs = Prologs(self)  # PrologSlurmctld, node Prolog/Epilog outcomes
+        self.usage = UsageBook(self)  # usage accounting: live samples, final statistics
         self.agents: dict[str, AgentLink] = {}
         self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
         self.keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
@@ -224,10 +229,7 @@ class Controller:
         if started:
             crash_point("after_start_commit")  # starts committed, launches not yet sent
         for job in started:
-            if job.batch:
-                self.launch(job)
-            else:
-                self.steps.notify(job)
+            self.prologs.job_started(job)  # launch / wake srun, after the prologs
         self.stats["cycles"] += 1
         self.stats["starts"] += len(started)
         self.stats["last_cycle_ms"] = (time.perf_counter() - t0) * 1000
@@ -241,6 +243,7 @@ class Controller:
                 self.check_agents(t)
                 self.enforce_interactive_limits(t)
                 self.steps.tick(t)  # --signal warnings and time limits for steps (steps.py)
+                self.prologs.tick(t)  # overdue epilogs (prologs.py)
                 self.request_schedule()
             except Exception:
                 log.exception("periodic pass failed")
@@ -538,7 +541,7 @@ class Controller:
     def job_cred(self, node: str, msg: dict, ckey: bytes) -> dict:
         """The job credential for ``msg`` to ``node``, for the job's uid/gid (those of the
         message for launches; the job's for the other ops; none for kill lists)."""
-        if msg.get("op") in ("launch", "launch_step"):
+        if msg.get("op") in ("launch", "launch_step", "prolog", "epilog"):
             uid, gid = msg.get("uid"), msg.get("gid")
         else:
             job = self.state.jobs.get(msg.get("job_id"))
@@ -588,7 +591,8 @@ class Controller:
             for job in list(self.state.jobs.values()):
                 if not job.batch or job.batch_host != node.name or job.job_id in running:
                     continue
-                if job.state == RUNNING and not job.launch_confirmed:
+                if job.state == RUNNING and not job.launch_confirmed \
+                        and not self.prologs.gated(job.job_id):
                     relaunch.append(job)
                 elif (job.state == RUNNING or job.completing) and job.launch_confirmed:
                     # the agent does not know a job it had confirmed: its processes are gone
@@ -620,6 +624,10 @@ class Controller:
             self.steps.node_report(node.name, msg)
             link.send({"op": "ack_step", "job_id": msg.get("job_id"),
                        "step_id": msg.get("step_id"), "run": msg.get("run", 0)})
+        elif op == "step_usage":
+            self.usage.sample(node.name, msg)
+        elif op in ("prolog_done", "epilog_done"):
+            self.prologs.on_report(node, link, msg)
         else:
             log.warning("agent %s sent unknown op %r", node.name, op)
 
@@ -683,6 +691,7 @@ class Controller:
         t = now()
         others = {a["node"] for a in job.alloc} - {node_name}
         self.steps.forget_job(job.job_id)
+        self.usage.forget(job.job_id)
         self.state.release(job)
         for n in others:  # kill what is left of it on the nodes that are still alive
             self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": job.restarts,
@@ -712,6 +721,7 @@ class Controller:
         self.steps.notify(job)
 
     def send_to_node(self, node: str, msg: dict) -> None:
+        msg = self.prologs.decorate(node, msg)
         link = self.agents.get(node)
         if link is None or not link.send(msg):
             self.outbox.setdefault(node, []).append(msg)
@@ -736,6 +746,7 @@ class Controller:
             "start_time": job.start_time, "kill_wait": max(1, self.cfg.kill_wait),
             "umask": job.umask, "signal": job.signal_spec,
             "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+            "node_alloc": node_alloc(job, job.batch_host),
         }
 
     def launch(self, job) -> None:
@@ -763,7 +774,8 @@ class Controller:
                                 signal=int(res.get("signal") or 0),
                                 timed_out=bool(res.get("timed_out")), now=t,
                                 end_time=res.get("end_time"),
-                                launch_failed=bool(res.get("launch_failed")))
+                                launch_failed=bool(res.get("launch_failed")),
+                                oom=bool(res.get("oom_kills")))
         self.state.release(job)
         # steps still running when the batch script ends are killed (Slurm does the same)
         for n in {a["node"] for a in job.alloc} - {node_name}:
@@ -779,6 +791,7 @@ class Controller:
                 job.requeue_pending = True
         with self.state.store.transaction():
             self.state.store.put_step(job.job_id, "batch", step)
+            self.usage.finish(job.job_id, "batch", {node_name: res.get("usage")})
             if job.requeue_pending:
                 job.requeue_pending = False
                 prev = lifecycle.requeue(job, now=t, delay=self.requeue_delay,
@@ -789,7 +802,9 @@ class Controller:
                 self.state.event(job, "requeued", f"run {job.restarts - 1} ended")
             else:
                 self.state.event(job, "ended", f"{job.state} {job.exit_code}:{job.exit_signal}"
-                                 + (" (processes lost)" if res.get("lost") else ""))
+                                 + (" (processes lost)" if res.get("lost") else "")
+                                 + (f" ({str(res['launch_error'])[:200]})"
+                                    if res.get("launch_error") else ""))
             self.state.save(job)
         self.request_schedule()
 

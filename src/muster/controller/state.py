@@ -122,10 +122,16 @@ class ClusterState:
         self._allocate(job)
 
     def release(self, job: Job) -> None:
+        freed = []
         for a in job.alloc:
             n = self.nodes.get(a["node"])
             if n is not None:
+                if job.job_id in n.jobs:
+                    freed.append(a)
                 n.release(job.job_id, a["cpus"], a["mem"], a["gpus"])
+        prologs = getattr(self.ctl, "prologs", None)
+        if freed and prologs is not None:
+            prologs.job_released(job, freed)  # node Epilogs, EpilogSlurmctld
 
     def mark_completing(self, job: Job) -> None:
         for a in job.alloc:

@@ -21,6 +21,7 @@ import os
 import secrets
 import time
 
+from muster.common import cpubind
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.common.hostlist import compress_counts, expand
 from muster.controller.jobenv import user_env_for_step
@@ -76,14 +77,20 @@ class StepManager:
         job = self.ctl.state.jobs.get(job_id)
         if job is None:
             raise InvalidJobId()
-        if job.state != PENDING:
-            return job
-        fut = asyncio.get_running_loop().create_future()
-        self.waiters.setdefault(job_id, []).append(fut)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
-            return self.ctl.state.jobs.get(job_id)
+        prologs = getattr(self.ctl, "prologs", None)
+        gated = prologs.gated if prologs is not None else (lambda _jid: False)
+        if job.state != PENDING and not gated(job_id):
+            return job  # started, and its prologs (muster.controller.prologs) are done
+        while True:
+            fut = asyncio.get_running_loop().create_future()
+            self.waiters.setdefault(job_id, []).append(fut)
+            try:
+                # a started job whose prologs run is not granted yet: no timeout then (the
+                # prologs' own timeouts bound the wait; the gate's opening notifies us)
+                return await asyncio.wait_for(fut, None if gated(job_id) else timeout)
+            except asyncio.TimeoutError:
+                if not gated(job_id):
+                    return self.ctl.state.jobs.get(job_id)
 
     def release(self, job, uid: int, exit_code: int, signal: int) -> None:
         """srun/salloc gives its allocation back; the job ends with the command's status."""
@@ -127,6 +134,8 @@ class StepManager:
                 raise RequestError(None, "already_done")
             raise RequestError("Job is pending execution", "job_pending")
         sreq = _step_request(req)
+        cpu_bind = _cpu_bind_spec(req)
+        affinity = "task/affinity" in [p.strip() for p in self.ctl.cfg.task_plugin.split(",")]
         used_cpus: dict[str, int] = {}
         used_gpus: dict[str, set] = {}
         for s in self.steps.values():
@@ -195,6 +204,10 @@ class StepManager:
                 "kill_wait": max(1, self.ctl.cfg.kill_wait), "node_index": idx,
                 "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
                 "torch_vars": list(torch_vars), "pty": bool(req.get("pty")),
+                "cpu_bind": cpubind.effective(cpu_bind, affinity, ns.cpus, len(ns.tasks),
+                                              sreq.cpus_per_task),
+                "cpus_per_task": sreq.cpus_per_task,
+                "node_alloc": node_alloc(job, ns.node),
             }
             self.ctl.send_to_node(node.name, msg)
         return {"step_id": step_id, "key": key, "nodes": nodes_expr, "ntasks": lay.ntasks,
@@ -354,6 +367,20 @@ class StepManager:
                     self.ctl.send_to_node(n, {"op": "signal_step", "job_id": s.job_id,
                                               "step_id": s.step_id, "run": s.run, "signal": sig})
 
+    def kill_step(self, step: Step, sig: int | None) -> None:
+        """``scancel J.S`` (controller.stepkill), to every node of the step and nothing else
+        of the job. No signal, or SIGKILL (Slurm's scancel sends a cancel as SIGKILL): end it
+        as a cancel ends a job's steps — ``terminate`` with the step id: ``*** STEP … CANCELLED
+        ***``, SIGCONT+SIGTERM, SIGKILL after KillWait, record CANCELLED. Any other signal:
+        to its running tasks' process groups (``signal_step``)."""
+        ids = {"job_id": step.job_id, "step_id": step.step_id, "run": step.run}
+        if sig is None or sig == 9:
+            msg = {"op": "terminate", **ids, "why": "cancel"}
+        else:
+            msg = {"op": "signal_step", **ids, "signal": sig}
+        for n in step.nodes:
+            self.ctl.send_to_node(n, dict(msg))
+
     def node_report(self, node: str, rep: dict) -> None:
         """One node's report of a step's end."""
         key = (rep.get("job_id"), rep.get("step_id"))
@@ -374,9 +401,14 @@ class StepManager:
         sig = max((t["signal"] for t in tasks), default=0)
         terminated = any(r.get("terminated") for r in step.reports.values())
         lost = any(r.get("lost") for r in step.reports.values())
+        oom = any(r.get("oom_kills") for r in step.reports.values())
         if lost:
             state = "NODE_FAIL"
-        elif terminated or sig in (9, 15):
+        elif terminated:
+            state = "CANCELLED"
+        elif oom:  # the OOM killer struck in the step's cgroup: 0:125, as Slurm reports it
+            state, exit_code, sig = "OUT_OF_MEMORY", 0, 125
+        elif sig in (9, 15):
             state = "CANCELLED"
         elif sig or exit_code:
             state = "FAILED"
@@ -390,6 +422,8 @@ class StepManager:
                                        or int(time.time())})
         with st.store.transaction():
             st.store.put_step(job.job_id, str(step.step_id), rec)
+            self.ctl.usage.finish(job.job_id, step.step_id,
+                                  {n: r.get("usage") for n, r in step.reports.items()})
             if (exit_code, sig) > (job.derived_exit_code, job.derived_exit_signal):
                 job.derived_exit_code, job.derived_exit_signal = exit_code, sig
                 st.save(job)
@@ -415,6 +449,13 @@ class StepManager:
             self._finish(step)
 
 
+def node_alloc(job, node: str) -> dict:
+    """What the job holds on ``node`` (CPUs, memory in MB, GPU indices): the agent confines
+    the job's processes there to it (muster.agent.confine)."""
+    a = next((a for a in job.alloc if a["node"] == node), None) or {}
+    return {"cpus": a.get("cpus"), "mem": a.get("mem"), "gpus": list(a.get("gpus") or [])}
+
+
 def _host_name(addr: str) -> str:
     """srun's host as scontrol show step names it: this host's short name for a local srun
     (loopback or the Unix socket), else the address it connected from."""
@@ -430,6 +471,20 @@ def _add_torch(env: dict, torch_vars, values: dict) -> None:
     for name, value in values.items():
         if name in torch_vars:
             env[name] = value
+
+
+def _cpu_bind_spec(req: dict) -> str | None:
+    """The step's --cpu-bind as sent by srun (checked there; checked again here)."""
+    spec = req.get("cpu_bind")
+    if spec is None:
+        return None
+    try:
+        if not isinstance(spec, str) or len(spec) > 4096:
+            raise ValueError("invalid --cpu-bind")
+        cpubind.parse(spec)
+    except ValueError as exc:
+        raise RequestError(str(exc), "invalid_request") from None
+    return spec
 
 
 def _step_request(req: dict) -> StepRequest:

@@ -11,16 +11,20 @@ controller persists the job after calling them, the simulator just keeps going.
        └──deadline missed──► DEADLINE
 
 Completion rule (states.md §1): node failure → NODE_FAIL; cancelled → CANCELLED; timed out →
-TIMEOUT; killed by a signal → FAILED/RaisedSignal; non-zero exit → FAILED/NonZeroExitCode;
-else COMPLETED.
+TIMEOUT; the OOM killer struck in the batch step's cgroup → OUT_OF_MEMORY/OutOfMemory (exit
+0:125, Slurm's SIG_OOM); killed by a signal → FAILED/RaisedSignal; non-zero exit →
+FAILED/NonZeroExitCode; else COMPLETED.
 """
 
 from __future__ import annotations
 
 import signal as _signal
 
-from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL, PENDING,
-                              PREEMPTED, RUNNING, TIMEOUT, Job)
+from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL, OUT_OF_MEMORY,
+                              PENDING, PREEMPTED, RUNNING, TIMEOUT, Job)
+
+# Slurm reports an OOM-killed step as signal 125 (its SIG_OOM, 253, less the 128 flag), exit 0
+OOM_SIGNAL = 125
 
 
 def start(job: Job, *, partition: str, alloc: list[dict], node_list: str, tres_alloc: str,
@@ -74,11 +78,14 @@ def begin_kill(job: Job, *, final_state: str, by_uid: int | None, now: int,
 
 
 def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
-           end_time: int | None = None, launch_failed: bool = False) -> dict:
+           end_time: int | None = None, launch_failed: bool = False, oom: bool = False) -> dict:
     """The batch script ended. Sets the final state unless a cancel already decided it.
+    ``oom``: the OOM killer took processes of the batch step (its cgroup counted kills).
     Returns the batch step's accounting record."""
     end = end_time or now
     step_state = _step_state(exit_code, signal, timed_out)
+    if oom and not timed_out:
+        step_state, exit_code, signal = OUT_OF_MEMORY, 0, OOM_SIGNAL
     if job.completing and job.state != RUNNING:
         # cancel / requeue / node failure already chose the job's state
         pass
@@ -86,6 +93,8 @@ def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
         job.state, job.reason = FAILED, "JobLaunchFailure"
     elif timed_out:
         job.state, job.reason = TIMEOUT, "TimeLimit"
+    elif oom:
+        job.state, job.reason = OUT_OF_MEMORY, "OutOfMemory"
     elif signal:
         job.state, job.reason = FAILED, "RaisedSignal"
     elif exit_code:

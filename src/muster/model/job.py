@@ -51,7 +51,7 @@ PUBLIC_FIELDS: tuple[tuple[str, object], ...] = (
     ("cancelled_by", None), ("scheduler", "Main"), ("last_sched_eval", None), ("sched_nodes", None),
     ("completing", False), ("failed_node", None), ("submit_line", ""), ("partitions_req", None), ("begin_time", None),
     ("features", None), ("cpus_per_gpu", None), ("deadline", None), ("mail_type", None),
-    ("mail_user", None),
+    ("mail_user", None), ("min_cpus_node", None), ("contiguous", False), ("wckey", None),
 )
 
 # Internal fields: persisted, never sent to clients.

@@ -25,6 +25,9 @@ Schema (numbered migrations in ``MIGRATIONS``):
   reservations(name, record)           advance reservations (scontrol create reservation)
   job_extra(job_id, record)            per-job facts the Job record has no field for
                                        (reservation name, last computed priority)
+  step_usage(job_id, step_id, max_rss, total_cpu_ms, record)  final usage statistics of a
+                                       step (muster.controller.usage); a table of its own so
+                                       that databases from before it stay readable unchanged
 """
 
 from __future__ import annotations
@@ -71,6 +74,13 @@ MIGRATIONS: tuple[str, ...] = (
                             last_decay INTEGER NOT NULL, PRIMARY KEY(account, user));
     CREATE TABLE reservations(name TEXT PRIMARY KEY, record BLOB NOT NULL);
     CREATE TABLE job_extra(job_id INTEGER PRIMARY KEY, record BLOB NOT NULL);
+    """,
+    # 4: usage accounting (sacct MaxRSS/TotalCPU/TRESUsage*, seff); the two columns serve
+    # queries over many steps without decoding records
+    """
+    CREATE TABLE step_usage(job_id INTEGER NOT NULL, step_id TEXT NOT NULL,
+                            max_rss INTEGER NOT NULL, total_cpu_ms INTEGER NOT NULL,
+                            record BLOB NOT NULL, PRIMARY KEY(job_id, step_id));
     """,
 )
 
@@ -207,6 +217,24 @@ class SqliteStore:
                 chunk)
             for jid, rec in rows:
                 out.setdefault(jid, []).append(_dec.decode(rec))
+        return out
+
+    def put_step_usage(self, job_id: int, step_id: str, stats: dict) -> None:
+        """A step's final usage statistics (muster.controller.usage.aggregate)."""
+        self._write("INSERT OR REPLACE INTO step_usage VALUES(?,?,?,?,?)",
+                    (job_id, str(step_id), int(stats["in"]["max"].get("mem", 0)),
+                     int(stats["user_ms"] + stats["sys_ms"]), _enc.encode(stats)))
+
+    def usage_of(self, job_ids: list[int]) -> dict[int, dict[str, dict]]:
+        """job id -> step id -> final usage statistics."""
+        out: dict[int, dict[str, dict]] = {}
+        for i in range(0, len(job_ids), 500):
+            chunk = job_ids[i:i + 500]
+            rows = self._db.execute(
+                f"SELECT job_id, step_id, record FROM step_usage WHERE job_id IN "
+                f"({','.join('?' * len(chunk))})", chunk)
+            for jid, sid, rec in rows:
+                out.setdefault(jid, {})[sid] = _dec.decode(rec)
         return out
 
     def put_run(self, job_id: int, run: int, rec: dict) -> None:

@@ -75,7 +75,8 @@
       account: r[idx.account], partition: r[idx.partition], state: r[idx.state],
       reason: r[idx.reason], submit: r[idx.submit], start: r[idx.start], end: r[idx.end],
       limit: r[idx.limit], nodes: r[idx.nodes], gpus: r[idx.gpus], cpus: r[idx.cpus],
-      priority: r[idx.priority], exit: r[idx.exit], num_nodes: r[idx.num_nodes] }));
+      priority: r[idx.priority], exit: r[idx.exit], num_nodes: r[idx.num_nodes],
+      use: r[idx.use] || null, mem: r[idx.mem] || 0 }));
     state.byId = new Map(state.jobs.map((j) => [j.id, j]));
     $("cluster-name").textContent = snap.cluster;
     summarize(); drawMap(); buildQueue(); drawGantt();
@@ -207,11 +208,29 @@
         `<span>${esc(j.display)}</span><span>${esc(j.name)}</span><span>${esc(j.user)}</span>` +
         `<span>${esc(j.account)}</span><span>${esc(j.partition)}</span><span class="st-${j.state}">${j.state}</span>` +
         `<span title="${esc(reason)}">${esc(reason)}</span><span>${fmtTime(j.submit)}</span><span>${start}</span>` +
-        `<span>${fmtDur(j.limit)}</span><span>${esc(j.nodes || "")}</span><span>${j.gpus}</span></div>`);
+        `<span>${fmtDur(j.limit)}</span><span>${esc(j.nodes || "")}</span>` +
+        `<span class="${idleGpu(j) ? "idle-gpu" : ""}" title="${esc(useText(j))}">${j.gpus}</span></div>`);
     }
     const el = $("queue-rows");
     el.style.transform = `translateY(${first * ROW_H}px)`;
     el.innerHTML = rows.join("");
+  }
+  // ---- usage beside the allocation (sstat's live samples): an idle GPU job stands out -----
+  function fmtBytes(b) {
+    const u = ["B", "KB", "MB", "GB", "TB"]; let k = 0;
+    while (b >= 1024 && k < u.length - 1) { b /= 1024; k++; }
+    return (k ? b.toFixed(1) : String(b)) + " " + u[k];
+  }
+  function stepUse(s) {  // a finished step's CPU time and peak memory (sacct TotalCPU, MaxRSS)
+    const mem = ((s.tres.requested || {}).max || []).find((t) => t.type === "mem");
+    return mem ? `, CPU ${s.time.total.seconds}s, max RSS ${fmtBytes(mem.count)}` : "";
+  }
+  function idleGpu(j) { return j.gpus > 0 && j.use && j.use[2] === 0; }
+  function useText(j) {
+    if (!j.use) return j.state === "RUNNING" ? "no usage sample yet" : "";
+    const [cpu, rss, gpu] = j.use;
+    return `CPU ${cpu}% of ${j.cpus * 100}%, memory ${fmtBytes(rss)} of ${fmtBytes(j.mem * 1048576)}` +
+      (gpu === null ? "" : `, GPU ${gpu}% over ${j.gpus} GPU${j.gpus === 1 ? "" : "s"}${gpu === 0 ? " (idle)" : ""}`);
   }
   $("queue").addEventListener("scroll", renderRows, { passive: true });
   $("queue-rows").addEventListener("click", (ev) => {
@@ -293,12 +312,13 @@
       ["End", fmtTime(j ? num(j.end_time) : a.time.end)],
       ["Nodes", esc((j ? j.nodes : a.nodes) || "–")],
       ["GPUs", gpus.length ? gpus.join(" ") : (live ? String(live.gpus) + " requested" : "–")],
+      ["Use", live && live.use ? `<span id="detail-use" class="${idleGpu(live) ? "idle-gpu" : ""}">${esc(useText(live))}</span>` : "–"],
       ["Exit code", exs], ["Work dir", esc(j ? j.current_working_directory : a.working_directory)]];
     let html = `<dl class="kv">${kv.map(([k, v]) => `<dt>${k}</dt><dd>${v}</dd>`).join("")}</dl>`;
     if (a && a.steps.length) {
       html += "<h3>Steps</h3><div class='events'>" + a.steps.map((s) =>
         `<div class="ev"><span>${esc(s.step.id)}</span><span>${esc(s.state.join("+"))}</span><span>${esc(s.nodes.range)}</span>` +
-        `<span>exit ${num(s.exit_code.return_code)}:${s.exit_code.signal.id.set ? s.exit_code.signal.id.number : 0}, ${s.time.elapsed}s</span></div>`).join("") + "</div>";
+        `<span>exit ${num(s.exit_code.return_code)}:${s.exit_code.signal.id.set ? s.exit_code.signal.id.number : 0}, ${s.time.elapsed}s${stepUse(s)}</span></div>`).join("") + "</div>";
     }
     if (ev.status === "fulfilled") {
       html += "<h3>Events (why pending / why it ended)</h3><div class='events' id='detail-events'>" +
