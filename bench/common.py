@@ -97,7 +97,8 @@ def print_rows(name: str, rows: list[dict]) -> None:
             ms = fmt_stats(m) if isinstance(m, dict) else fmt_s(m)
             cmp_ = fmt_s(r["compare"]) if r["compare"] is not None else "-"
         else:
-            fm = (lambda v: f"{v:.1f} {unit}")
+            def fm(v, unit=unit):
+                return f"{v:.1f} {unit}"
             ms = (fmt_stats(m, fm) if isinstance(m, dict) else
                   (fm(m) if m is not None else "n/a"))
             cmp_ = fm(r["compare"]) if r["compare"] is not None else "-"
@@ -199,7 +200,7 @@ class MusterCluster:
     def cmd(self, name: str) -> str:
         return os.path.join(BIN, name)
 
-    def __enter__(self) -> "MusterCluster":
+    def __enter__(self) -> MusterCluster:
         try:
             run([self.cmd("muster"), "up", "--state-dir", self.dir, "--nodes", str(self.nodes),
                  "--gpus-per-node", str(self.gpus), *self.extra], self.env, timeout=180)
@@ -273,7 +274,7 @@ class SlurmTarget:
     def cmd(self, name: str) -> str:
         return os.path.join("/usr/bin", name)
 
-    def __enter__(self) -> "SlurmTarget":
+    def __enter__(self) -> SlurmTarget:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -25,7 +25,9 @@ SCRIPT = """#!/bin/bash
 #SBATCH -N1 --requeue --open-mode=append -J {name} -o {work}/log.txt
 s=$(cat {work}/ckpt 2>/dev/null || echo 0)
 echo "run ${{SLURM_RESTART_COUNT:-0}}: resuming at step $s"
-while [ $s -lt 1000000 ]; do s=$((s+1)); echo $s > {work}/ckpt.tmp; mv {work}/ckpt.tmp {work}/ckpt; sleep 0.1; done
+while [ $s -lt 1000000 ]; do
+  s=$((s+1)); echo $s > {work}/ckpt.tmp; mv {work}/ckpt.tmp {work}/ckpt; sleep 0.1
+done
 """
 
 

@@ -96,7 +96,8 @@ def to_markdown(results: dict) -> str:
                 ms = common.fmt_stats(m) if isinstance(m, dict) else common.fmt_s(m)
                 cmp_ = common.fmt_s(row["compare"]) if row["compare"] is not None else "–"
             else:
-                fm = (lambda v, u=unit: f"{v:.1f} {u}")
+                def fm(v, u=unit):
+                    return f"{v:.1f} {u}"
                 ms = common.fmt_stats(m, fm) if isinstance(m, dict) else (fm(m) if m is not None else "n/a")
                 cmp_ = fm(row["compare"]) if row["compare"] is not None else "–"
             if row["compare"] is not None:

@@ -13,7 +13,7 @@ REF = {"srun -N1 true": 0.074, "srun -N4 hostname": 0.126}
 
 def _measure(target, argv_list: dict[str, list[str]], rounds: int) -> dict[str, list[float]]:
     out = {k: [] for k in argv_list}
-    for k, argv in argv_list.items():
+    for argv in argv_list.values():
         common.time_call(argv, target.env)  # warm-up
     for _ in range(rounds):
         for k, argv in argv_list.items():

@@ -19,7 +19,7 @@ NAME = "submit_latency"
 
 def measure(target, n: int) -> dict[str, list[float]]:
     total, after, call = [], [], []
-    for i in range(n):
+    for _ in range(n):
         t0 = time.time()
         cp = subprocess.run([target.cmd("sbatch"), "--parsable", "-J", common.JOB_NAME, "-o", "/dev/null",
                              "--wrap", f"date +%s.%N > {target.work}/ts.$SLURM_JOB_ID"],

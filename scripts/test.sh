@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install Muster with its test dependencies into a virtualenv and run the whole test suite.
+# Install Muster with its test dependencies into a virtualenv, run the static checks (ruff, mypy)
+# and then the whole test suite.
 #   scripts/test.sh [pytest args...]
 # VENV (default .venv) is created with the system python3 so that the non-root test users
 # can execute the commands it contains (a python under /root would not be reachable).
@@ -34,4 +35,8 @@ if [ "$(id -u)" = 0 ]; then
     id "$u" >/dev/null 2>&1 || useradd -m "$u"
   done
 fi
+# static checks first, failing fast with their findings: ruff (rules in pyproject.toml) and mypy
+# (strict on core, model and lifecycle; regular mode on the rest of src/muster)
+"$VENV/bin/python" -m ruff check src tests bench
+"$VENV/bin/python" -m mypy
 exec "$VENV/bin/python" -m pytest -q "$@"

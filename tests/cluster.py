@@ -70,7 +70,7 @@ class Cluster:
                 del self.env[k]
 
     # ---- lifecycle -------------------------------------------------------------------------
-    def up(self) -> "Cluster":
+    def up(self) -> Cluster:
         os.makedirs(self.state_dir, exist_ok=True)
         os.chmod(self.state_dir, 0o755)
         r = self.run(["muster", "up", "--no-link", "--state-dir", self.state_dir, *self.args])
@@ -160,11 +160,11 @@ def cleanup(path: str) -> None:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def controller_pid(c: "Cluster") -> int:
+def controller_pid(c: Cluster) -> int:
     return c.pids()["controller"]
 
 
-def restart_controller(c: "Cluster", kill_signal: int = 9, env: dict | None = None,
+def restart_controller(c: Cluster, kill_signal: int = 9, env: dict | None = None,
                        wait: bool = True) -> int:
     """SIGKILL (by default) the controller, start a new one on the same state; return its pid.
     ``env`` adds variables to the new controller's environment (e.g. MUSTER_CRASH_AT)."""
@@ -191,7 +191,7 @@ def restart_controller(c: "Cluster", kill_signal: int = 9, env: dict | None = No
     return p.pid
 
 
-def start_agent(c: "Cluster", node: str) -> int:
+def start_agent(c: Cluster, node: str) -> int:
     """Start musterd for ``node`` (a replacement for one that was killed: the jobs it had keep
     running under their supervisors) and record its pid for `muster down`."""
     log = os.path.join(c.state_dir, "log", f"musterd-{node}.log")

@@ -33,7 +33,7 @@ def recv_exact(s: socket.socket, n: int) -> bytes | None:
     while len(buf) < n:
         try:
             chunk = s.recv(n - len(buf))
-        except (ConnectionResetError, socket.timeout):
+        except (TimeoutError, ConnectionResetError):
             return None
         if not chunk:
             return None
@@ -61,7 +61,7 @@ def closed_by_peer(s: socket.socket, timeout: float = 10.0) -> bool:
                 return True
     except ConnectionResetError:
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 

@@ -45,7 +45,7 @@ def test_token_for_another_user_needs_an_operator(cluster, test_user):
                     user=test_user)
     assert r.rc != 0 and "permission denied" in r.err.lower()
     tok = token(cluster, username=test_user, lifespan=120)  # root may
-    s, b = call(cluster, "GET", f"/muster/v0.0.40/whoami", tok)
+    s, b = call(cluster, "GET", "/muster/v0.0.40/whoami", tok)
     assert s == 200 and b["user"] == test_user and b["operator"] is False
 
 

@@ -203,7 +203,7 @@ def test_pending_array_display(cluster, workdir):
 def test_dependencies(cluster, workdir):
     first = cluster.sbatch("--wrap", "sleep 1", cwd=workdir)
     after_ok = cluster.sbatch(f"--dependency=afterok:{first}", "--wrap", "true", cwd=workdir)
-    after_fail = cluster.sbatch(f"-d", f"afternotok:{first}", "--wrap", "true", cwd=workdir)
+    after_fail = cluster.sbatch("-d", f"afternotok:{first}", "--wrap", "true", cwd=workdir)
     r = cluster.run(["squeue", "-h", "-j", str(after_ok), "-o", "%r %E"])
     assert r.out.split() == ["Dependency", f"afterok:{first}(unfulfilled)"]
     assert cluster.wait_done(after_ok) == "COMPLETED"

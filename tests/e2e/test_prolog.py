@@ -193,8 +193,8 @@ def test_failing_slurmctld_prolog_requeues_the_batch_job(site, test_user):
 
 def test_task_prolog_sets_the_environment_and_prints(site, test_user):
     c, d, w = site
-    script = (f"echo TP_VAR=[$TP_VAR] UNSET=[${{TP_UNSET_ME-gone}}] CTX=[$TP_CTX]\n"
-              f"srun -n2 sh -c 'echo step$SLURM_PROCID TP_VAR=[$TP_VAR]'\n")
+    script = ("echo TP_VAR=[$TP_VAR] UNSET=[${TP_UNSET_ME-gone}] CTX=[$TP_CTX]\n"
+              "srun -n2 sh -c 'echo step$SLURM_PROCID TP_VAR=[$TP_VAR]'\n")
     jid = c.sbatch("-n2", "-o", f"{w}/tp_%j.out", user=test_user, input="#!/bin/sh\n" + script,
                    env={"TP_UNSET_ME": "here"})
     assert c.wait_done(jid, timeout=60) == "COMPLETED"

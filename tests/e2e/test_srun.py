@@ -518,12 +518,14 @@ def test_bad_step_requests_inside_allocations(cluster, workdir):
     r = cluster.run(["salloc", "-n2", "bash", "-c", "srun -n8 -c4 sleep 3109; echo inner=$?"], cwd=workdir)
     assert r.rc == 0, r
     assert "inner=1" in r.out
-    assert re.search(r"srun: error: Unable to create step for job \d+: More processors requested than permitted",
+    assert re.search(r"srun: error: Unable to create step for job \d+: "
+                     r"More processors requested than permitted",
                      r.err), r.err
     r = cluster.run(["salloc", "-N1", "-w", "node1", "bash", "-c", "srun -w node2 sleep 3109; echo inner=$?"],
                     cwd=workdir)
     assert "inner=1" in r.out, r
-    assert re.search(r"srun: error: Unable to create step for job \d+: Requested node configuration is not available",
+    assert re.search(r"srun: error: Unable to create step for job \d+: "
+                     r"Requested node configuration is not available",
                      r.err), r.err
     r = cluster.run(["salloc", "-N1", "--gres=gpu:2", "bash", "-c",
                      "srun -n1 --gpus-per-task=3 sleep 3109; echo inner=$?"], cwd=workdir)

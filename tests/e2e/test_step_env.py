@@ -13,7 +13,6 @@ import socket
 
 import pytest
 
-from cluster import wait_for
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DDP = os.path.join(REPO, "examples", "ddp_allreduce.py")

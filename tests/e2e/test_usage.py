@@ -153,7 +153,7 @@ def test_multi_task_step_names_the_task_and_node_with_the_peak(c):
                  "'python3 holder.py $((20 + 100 * SLURM_PROCID)) 0 two$SLURM_PROCID'\n")
     jid = c.sbatch("-N2", "-n2", "--mem=1000", script, user=TEST_USER, cwd=w)
     for k in (0, 1):
-        wait_for(lambda: os.path.exists(os.path.join(w, f"two{k}.ready")), 120, 0.1,
+        wait_for(lambda k=k: os.path.exists(os.path.join(w, f"two{k}.ready")), 120, 0.1,
                  what=f"task {k} ready")
 
     def sampled():  # both nodes have sent a sample taken since their task holds its memory

@@ -94,8 +94,9 @@ def test_restart_keeps_pending_and_held_jobs(own_cluster):
     before = c.run(["scontrol", "show", "job", str(held)]).out
     restart_controller(c)
     after = c.run(["scontrol", "show", "job", str(held)]).out
-    strip = lambda s: [line for line in s.splitlines() if "RunTime" not in line and
-                       "LastSchedEval" not in line]
+    def strip(s):
+        return [line for line in s.splitlines() if "RunTime" not in line and
+                "LastSchedEval" not in line]
     assert strip(before) == strip(after)
     c.run(["scontrol", "release", str(held)])
     assert c.wait_done(held) == "COMPLETED"

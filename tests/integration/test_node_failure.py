@@ -14,7 +14,8 @@ from cluster import _alive, private_cluster, start_agent, wait_for
 
 @pytest.fixture
 def c():
-    with private_cluster("muster-nf-", nodes=3, cpus=4, extra_conf="SlurmdTimeout=3\nSchedulerParameters=requeue_delay=1") as cl:
+    conf = "SlurmdTimeout=3\nSchedulerParameters=requeue_delay=1"
+    with private_cluster("muster-nf-", nodes=3, cpus=4, extra_conf=conf) as cl:
         yield cl
 
 

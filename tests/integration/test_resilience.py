@@ -18,7 +18,8 @@ def c():
     os.chmod(base, 0o755)
     hc = os.path.join(base, "healthcheck.sh")
     with open(hc, "w") as fh:
-        fh.write(f"#!/bin/sh\n[ -e {base}/sick-$SLURMD_NODENAME ] && {{ echo 'GPU 3 lost (test)'; exit 1; }}\nexit 0\n")
+        fh.write(f"#!/bin/sh\n[ -e {base}/sick-$SLURMD_NODENAME ] && "
+                 "{ echo 'GPU 3 lost (test)'; exit 1; }\nexit 0\n")
     os.chmod(hc, 0o755)
     cl = Cluster(os.path.join(base, "state"), nodes=3, cpus=4, extra_conf=(
         "RequeueExit=42\nRequeueExitHold=43\nSchedulerParameters=requeue_delay=1\n"

@@ -24,7 +24,7 @@ import time
 import pytest
 
 import linkpeer
-from cluster import TEST_USER, TEST_USER2, wait_for
+from cluster import TEST_USER, TEST_USER2
 from muster.common import auth, linkauth
 
 HDR = struct.Struct(">I")
@@ -108,7 +108,7 @@ def closed_by_peer(s: socket.socket, timeout: float = 10.0) -> bool:
         return s.recv(1) == b""
     except ConnectionResetError:
         return True
-    except socket.timeout:
+    except TimeoutError:
         return False
 
 
@@ -447,9 +447,9 @@ def test_many_idle_connections(cluster, baseline):
     """Idle peers hold no one up: the controller answers others while they hang around."""
     socks = []
     try:
-        for i in range(300):
+        for _ in range(300):
             socks.append(connect_unix(cluster))
-        for i in range(100):
+        for _ in range(100):
             socks.append(connect_tcp(cluster))
         # some of them stall mid-frame
         for s in socks[::7]:

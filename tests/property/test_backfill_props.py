@@ -205,7 +205,8 @@ def assoc_trees(draw):
     for i in range(draw(st.integers(1, 5))):
         name = f"acc{i}"
         out.append(AssocView(name, parent=draw(st.sampled_from(accounts)) if accounts[1:] else None,
-                             shares=draw(st.integers(1, 4)), raw_usage=draw(st.sampled_from([0.0, 1.0, 5.0]))))
+                             shares=draw(st.integers(1, 4)),
+                             raw_usage=draw(st.sampled_from([0.0, 1.0, 5.0]))))
         accounts.append(name)
     for u in range(draw(st.integers(1, 8))):
         acct = draw(st.sampled_from(accounts[1:]))

@@ -1,8 +1,8 @@
 """Fuzzing every request the daemons accept, against one real cluster (hypothesis).
 
-* Controller: every operation in ``handlers.OPS`` (enumerated from the code, not by hand) is
+* Controller: every operation in ``ops.OPS`` (enumerated from the code, not by hand) is
   sent over the Unix socket as root and as a plain user. Each message mixes fields of the
-  types ``handlers.REQUEST_FIELDS`` declares (with valid values: real job ids, node and
+  types ``opspec.REQUEST_FIELDS`` declares (with valid values: real job ids, node and
   partition names, users) with fields of random JSON types and values, and random extra keys.
 * REST daemon: every route of musterrestd's application (enumerated from ``build_app``) with
   random path parameters, query strings and JSON bodies, anonymously, as a plain user and as
@@ -30,12 +30,12 @@ from hypothesis import strategies as st  # noqa: E402
 
 import wire  # noqa: E402
 from cluster import TEST_USER, private_cluster, user_exists  # noqa: E402
-from muster.controller import handlers  # noqa: E402
+from muster.controller import ops, opspec  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))  # api_helpers
 
 SCRIPT = "#!/bin/sh\ntrue\n"
-OPS = sorted(handlers.OPS)
+OPS = sorted(ops.OPS)
 # Fields that change whenever the scheduler looks at a pending job: not the request's doing.
 VOLATILE = {"last_sched_eval", "sched_nodes", "reason", "reason_desc", "eligible_time"}
 # Bounded: about 20 s for the controller and 10 s for the REST daemon (plus the cluster start).
@@ -141,15 +141,15 @@ def for_spec(spec, field: str, ids: list[int], wild: bool):
                                    st.sampled_from(SACCT_VALUES) | TEXT).map(list), max_size=3)
     elif isinstance(spec, list):
         typed = st.lists(for_spec(spec[0], field, ids, wild), max_size=4)
-    elif spec in (handlers.ID, handlers.INT, handlers.PORT, handlers.MODE):
+    elif spec in (opspec.ID, opspec.INT, opspec.PORT, opspec.MODE):
         typed = ints(ids)
-    elif spec is handlers.NUM:
+    elif spec is opspec.NUM:
         typed = st.floats(0, 1) | st.integers(-1, 1)
-    elif spec is handlers.BOOL:
+    elif spec is opspec.BOOL:
         typed = st.booleans()
-    elif spec is handlers.STR:
+    elif spec is opspec.STR:
         typed = strings(field)
-    elif spec is handlers.OBJ:
+    elif spec is opspec.OBJ:
         typed = objects(field, ids, wild)
     else:
         typed = JSON
@@ -175,7 +175,7 @@ def objects(field: str, ids: list[int], wild: bool = True):
 def messages(op: str, ids: list[int]):
     """Half the messages are well-typed throughout (they reach the handlers' own checks and
     actions), the other half mix in fields of any type; both may carry unknown keys."""
-    spec = handlers.REQUEST_FIELDS[op]
+    spec = opspec.REQUEST_FIELDS[op]
 
     def fields(wild):
         return st.fixed_dictionaries({}, optional={k: for_spec(v, k, ids, wild)
@@ -248,7 +248,7 @@ def test_every_operation_survives_random_requests(c, baseline, op, user):
 def test_null_fields_mean_absent(c, baseline, op):
     """JSON null in every declared field is the same as leaving them out: a reply, never a
     crash (``msg.get(key, default)`` would hand the handler a None)."""
-    msg = {"op": op, **{k: None for k in handlers.REQUEST_FIELDS[op]}}
+    msg = {"op": op, **{k: None for k in opspec.REQUEST_FIELDS[op]}}
     reply = wire.call(c, msg, user=TEST_USER, timeout=20)
     assert reply.get("code") != "internal", (msg, reply)
     alive(c)

@@ -3,10 +3,11 @@
 The controller side is the real :class:`muster.controller.server.Controller` in this process:
 its SQLite store, the ``submit`` request handler, ``schedule_once`` (snapshot → core → plan
 applied and committed) and ``job_ended`` (the agent's end report). Only two things differ from
-a running daemon: its clock is virtual (``now()`` returns the event time), and there are no
-agents connected, so launch messages wait in the controller's outbox (nothing runs; the test
-reports each job's end at ``start + min(run, limit)`` as an agent would). A scheduling pass runs
-after every event instant, as the daemon's wake-up does.
+a running daemon: its clock is a VirtualClock set to each event's time (injected, as musterctld
+injects the real one), and there are no agents connected, so launch messages wait in the
+controller's outbox (nothing runs; the test reports each job's end at ``start + min(run,
+limit)`` as an agent would). A scheduling pass runs after every event instant, as the daemon's
+wake-up does.
 
 The simulator replays the same jobs from the same slurm.conf. For every random cluster,
 workload and policy the two must start every job at the same second on the same nodes.
@@ -19,15 +20,14 @@ import os
 import shutil
 import tempfile
 from contextlib import ExitStack
-from unittest import mock
 
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from muster.common import auth
+from muster.common import clock as clocks
 from muster.config import load
 from muster.controller import handlers, server
-from muster.controller import state as state_mod
 from muster.model.job import PENDING
 from muster.sim.cluster import from_config
 from muster.sim.engine import Simulator
@@ -87,14 +87,13 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of,
     """Drive the real controller through the trace; job id → (start time, node names)."""
     cfg = load(conf)
     auth.generate_key(cfg.key_path)
-    clock = [jobs[0].submit]
+    clock = clocks.VirtualClock(jobs[0].submit)
     out: dict[int, tuple[int, tuple]] = {}
     with ExitStack() as stack:
-        for mod in (state_mod, server, handlers):
-            stack.enter_context(mock.patch.object(mod, "now", lambda: clock[0]))
+        stack.callback(clocks.install, clocks.current())  # the controller installs its clock
         store = SqliteStore(cfg.db_path)
         stack.callback(store.close)
-        ctl = server.Controller(cfg, store)
+        ctl = server.Controller(cfg, store, clock)
         for n in ctl.state.nodes.values():  # as after every agent registered
             n.connected = n.registered = True
         gpn = max((len(n.gpu_indices) for n in ctl.state.nodes.values()), default=0)
@@ -105,7 +104,7 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of,
         while nxt < len(jobs) or ends:
             t = min(ends[0][0] if ends else 1 << 62,
                     jobs[nxt].submit if nxt < len(jobs) else 1 << 62)
-            clock[0] = t
+            clock.set(t)
             while ends and ends[0][0] == t:
                 _, jid = heapq.heappop(ends)
                 job = ctl.state.jobs[jid]

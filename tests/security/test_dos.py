@@ -22,7 +22,7 @@ import pytest
 
 from cluster import TEST_USER, TEST_USER2, private_cluster, user_exists, wait_for
 from linkpeer import restart_agent, tcp_port
-from muster.controller.netio import ByteBudget
+from muster.common.netio import ByteBudget
 
 MIB = 1 << 20
 

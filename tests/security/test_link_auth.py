@@ -1,5 +1,5 @@
 """Mutual authentication of the TCP links, sealed frames and job credentials, against real
-daemons (muster.common.linkauth, muster.controller.netio, muster.agent.daemon).
+daemons (muster.common.linkauth, muster.common.netio, muster.agent.daemon).
 
 * A plain user squatting the controller's port while it is down (the old attack: answer
   ``{"ok": true}`` then launch a root job) gets nothing but the agents' hellos — no
@@ -219,7 +219,7 @@ class KeyedController:
         while not self._stop.is_set():
             try:
                 s, _ = self.srv.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             s.settimeout(10)
             try:

@@ -124,7 +124,7 @@ def recv_until_closed(s: socket.socket, timeout: float) -> tuple[bytes, bool]:
         s.settimeout(max(0.01, deadline - time.monotonic()))
         try:
             chunk = s.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             break
         except ConnectionResetError:
             return got, True
@@ -485,7 +485,7 @@ def launch_key(c, jid) -> str:
     """The key of the job's latest running step, from the agent's private spool (root only)."""
     spool = os.path.join(c.state_dir, "spool")
     found = []
-    for root, dirs, files in os.walk(spool):
+    for root, _dirs, files in os.walk(spool):
         if "launch.json" in files and os.path.basename(root).startswith(f"step{jid}."):
             with open(os.path.join(root, "launch.json")) as fh:
                 found.append((os.path.getmtime(fh.name), json.load(fh)["io"]["key"]))

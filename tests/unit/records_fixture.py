@@ -9,9 +9,7 @@ _sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)
 from shared_path import SHARED  # noqa: E402
 
 import calendar
-import os
 import time
-from pathlib import Path
 
 import pytest
 
@@ -43,7 +41,7 @@ def ref_sections(name: str) -> dict[str, list[str]]:
             out[cur] = []
         elif cur is not None:
             out[cur].append(line)
-    for k, v in out.items():
+    for v in out.values():
         while v and v[-1] == "":
             v.pop()
     return out

@@ -1,4 +1,4 @@
-"""--json/--yaml output (muster.cli.fmt_json) against Slurm 23.11's data_parser v0.0.40 shape."""
+"""--json/--yaml output (muster.common.fmt_json) against Slurm 23.11's data_parser v0.0.40 shape."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ import pytest
 
 from records_fixture import NOW, busy_jobs, busy_nodes, job, partitions, ts  # noqa: F401
 
-from muster.cli import fmt_json
+from muster.common import fmt_json
 
 NUMKEYS = {"set", "infinite", "number"}
 
@@ -152,7 +152,7 @@ def test_yaml_round_trips_to_the_same_document():
 
 
 def test_fmt_json_is_stdlib_only():
-    code = ("import sys; import muster.cli.fmt_json; "
+    code = ("import sys; import muster.common.fmt_json; "
             "bad=[m for m in sys.modules if m.split('.')[0] in "
             "('msgspec','starlette','jwt','prometheus_client','asyncio','yaml')]; print(bad)")
     out = subprocess.check_output([sys.executable, "-c", code], text=True).strip()

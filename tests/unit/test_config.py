@@ -6,7 +6,6 @@ import sys as _sys  # noqa: E402
 _sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))
 from shared_path import SHARED  # noqa: E402
 
-import os
 import re
 import shutil
 from pathlib import Path

@@ -239,7 +239,7 @@ def test_sbatch_refuses_a_bad_mincpus(value):
 
 
 def test_json_output_carries_the_three_fields():
-    from muster.cli.fmt_json import job_json
+    from muster.common.fmt_json import job_json
     from records_fixture import job as rec
     got = job_json(rec(job_id=9, min_cpus_node=4, contiguous=True, wckey="proj"), now=0)
     assert (got["minimum_cpus_per_node"], got["contiguous"], got["wckey"]) == (

@@ -48,19 +48,18 @@ def _cmd_to_kwargs(cmd):
     import shlex
     argv = shlex.split(cmd)[1:]
     kw = {}
-    i = 0
-    while i < len(argv):
-        a = argv[i]
+    args = iter(argv)
+    for a in args:
         if a == "-o":
-            kw["fmt"] = argv[i + 1]; i += 2
+            kw["fmt"] = next(args)
         elif a == "-O":
-            kw["fmt_long"] = argv[i + 1]; i += 2
+            kw["fmt_long"] = next(args)
         elif a.startswith("--format="):
-            kw["fmt"] = a.split("=", 1)[1]; i += 1
+            kw["fmt"] = a.split("=", 1)[1]
         elif a.startswith("--Format="):
-            kw["fmt_long"] = a.split("=", 1)[1]; i += 1
+            kw["fmt_long"] = a.split("=", 1)[1]
         elif a == "--noheader":
-            kw["noheader"] = True; i += 1
+            kw["noheader"] = True
         else:
             raise AssertionError(a)
     return kw

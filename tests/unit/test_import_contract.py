@@ -67,6 +67,15 @@ def test_every_operation_has_exactly_one_handler():
     """Two handlers registered under one name silently replace each other (a real bug:
     srun's allocation release once shadowed `scontrol release`)."""
     import re
-    text = (SRC / "controller" / "handlers.py").read_text()
-    names = re.findall(r'@op\("([a-z_]+)"\)', text) + re.findall(r'OPS\["([a-z_]+)"\]', text)
+
+    import pytest
+
+    from muster.controller import ops, opspec
+    names = []
+    for mod in ops.MODULES:  # every module that registers operations (controller.ops)
+        text = pathlib.Path(mod.__file__).read_text()
+        names += re.findall(r'@op\("([a-z_]+)"\)', text) + re.findall(r'OPS\["([a-z_]+)"\]', text)
     assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert set(names) == set(ops.OPS) == set(opspec.REQUEST_FIELDS)
+    with pytest.raises(RuntimeError, match="registered twice"):
+        opspec.op("ping")(lambda ctl, msg, uid, gid: None)

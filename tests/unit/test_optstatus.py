@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from muster.cli import optstatus
+from muster.cli import optdocs, optstatus
 from muster.cli.getopt import CliExit
 from muster.cli.jobopts import parse_sbatch
 
@@ -14,7 +14,7 @@ DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "options.md"
 
 
 def _longs(command: str) -> set[str]:
-    return {s.long or s.short for s in optstatus.parser_specs(command)}
+    return {s.long or s.short for s in optdocs.parser_specs(command)}
 
 
 @pytest.mark.parametrize("command", optstatus.COMMANDS)
@@ -37,8 +37,8 @@ def test_every_status_names_an_option_some_parser_has():
 
 
 def test_docs_table_is_current():
-    assert DOC.read_text() == optstatus.render(), \
-        "docs/options.md is stale: python -m muster.cli.optstatus > docs/options.md"
+    assert DOC.read_text() == optdocs.render(), \
+        "docs/options.md is stale: python -m muster.cli.optdocs > docs/options.md"
 
 
 def _sbatch(argv):

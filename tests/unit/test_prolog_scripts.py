@@ -14,7 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from muster.agent import prolog, taskprolog
-from muster.agent.supervisor import _WRAPPER, workdir_args
+from muster.agent.supervisor import _WRAPPER
+from muster.agent.workdir import workdir_args
+from muster.common import scripts
 from muster.controller.prologs import ctld_failure_action, prolog_failure_action
 
 
@@ -48,7 +50,7 @@ def cfg(**kw):
 def test_clean_environment_and_status(d):
     out = os.path.join(d, "env")
     path = script(d, "p.sh", f"/usr/bin/env > {out}\nexit 7\n")
-    res = run(prolog.run_scripts(path, {"SLURM_JOB_ID": "5"}, None))
+    res = run(scripts.run_scripts(path, {"SLURM_JOB_ID": "5"}, None))
     assert not res.ok and (res.exit_code, res.signal, res.timed_out) == (7, 0, False)
     with open(out) as fh:
         env = dict(line.split("=", 1) for line in fh.read().splitlines())
@@ -60,7 +62,7 @@ def test_timeout_kills_the_whole_group(d):
     pidfile = os.path.join(d, "child")
     path = script(d, "slow.sh", f"/bin/sleep 300 & echo $! > {pidfile}\nwait\n")
     t0 = time.monotonic()
-    res = run(prolog.run_scripts(path, {}, 0.5))
+    res = run(scripts.run_scripts(path, {}, 0.5))
     assert res.timed_out and not res.ok and res.signal == 9
     assert time.monotonic() - t0 < 10
     child = int(open(pidfile).read())
@@ -77,34 +79,34 @@ def test_glob_runs_in_reverse_order_and_stops_at_the_first_failure(d):
     script(d, "10-a.sh", f"echo a >> {log}\n")
     script(d, "20-b.sh", f"echo b >> {log}\nexit 2\n")
     script(d, "30-c.sh", f"echo c >> {log}\n")
-    res = run(prolog.run_scripts(os.path.join(d, "*.sh"), {}, None))
+    res = run(scripts.run_scripts(os.path.join(d, "*.sh"), {}, None))
     assert not res.ok and res.exit_code == 2
     assert open(log).read() == "c\nb\n"
-    assert run(prolog.run_scripts(os.path.join(d, "none-*.sh"), {}, None)).ok
+    assert run(scripts.run_scripts(os.path.join(d, "none-*.sh"), {}, None)).ok
 
 
 def test_untrusted_paths_are_refused(d):
-    assert "absolute" in prolog.untrusted("p.sh")
-    assert prolog.untrusted(os.path.join(d, "missing.sh"))
+    assert "absolute" in scripts.untrusted("p.sh")
+    assert scripts.untrusted(os.path.join(d, "missing.sh"))
     writable = script(d, "w.sh", "exit 0\n", mode=0o777)
-    res = run(prolog.run_scripts(writable, {}, None))
+    res = run(scripts.run_scripts(writable, {}, None))
     assert not res.ok and "refused" in res.detail
     user = pwd.getpwnam("mustertest")
     theirs = script(d, "u.sh", "exit 0\n")
     os.chown(theirs, user.pw_uid, user.pw_gid)
-    assert prolog.untrusted(theirs)
+    assert scripts.untrusted(theirs)
     sub = os.path.join(d, "open")
     os.mkdir(sub)
     os.chmod(sub, 0o777)  # anyone could swap the file in there
-    assert "directory" in prolog.untrusted(script(sub, "x.sh", "exit 0\n"))
-    assert prolog.untrusted(script(d, "ok.sh", "exit 0\n")) is None
+    assert "directory" in scripts.untrusted(script(sub, "x.sh", "exit 0\n"))
+    assert scripts.untrusted(script(d, "ok.sh", "exit 0\n")) is None
 
 
 def test_timeouts_from_slurm_conf():
-    assert prolog.timeout_of(cfg(), "prolog") is None
-    assert prolog.timeout_of(cfg(prolog_epilog_timeout=65534), "prolog") is None
-    assert prolog.timeout_of(cfg(prolog_epilog_timeout=30), "epilog") == 30
-    assert prolog.timeout_of(cfg(prolog_epilog_timeout=30, prolog_timeout=5), "prolog") == 5
+    assert scripts.timeout_of(cfg(), "prolog") is None
+    assert scripts.timeout_of(cfg(prolog_epilog_timeout=65534), "prolog") is None
+    assert scripts.timeout_of(cfg(prolog_epilog_timeout=30), "epilog") == 30
+    assert scripts.timeout_of(cfg(prolog_epilog_timeout=30, prolog_timeout=5), "prolog") == 5
 
 
 def test_script_env_from_a_launch_alone():

@@ -70,7 +70,8 @@ def test_parse_time_limit(text, minutes):
     assert parse_time_limit(text) == minutes
 
 
-@pytest.mark.parametrize("text", ["UNLIMITED", "unlimited", "INFINITE", "Infinite", "-1", "0", "0:0", "0-0:0:0"])
+@pytest.mark.parametrize("text", ["UNLIMITED", "unlimited", "INFINITE", "Infinite", "-1", "0", "0:0",
+                                  "0-0:0:0"])
 def test_parse_time_limit_unlimited(text):
     assert parse_time_limit(text) is None
 

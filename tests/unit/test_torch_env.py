@@ -1,8 +1,8 @@
 """PyTorch's variables in a step's environment: the user's values win, Muster's own (from an
-outer step) are replaced (controller.jobenv, agent.stepd.task_env). Pure functions."""
+outer step) are replaced (common.torchenv, agent.stepd.task_env). Pure functions."""
 
 from muster.agent.stepd import task_env
-from muster.controller.jobenv import TORCH_MARKER, TORCH_VARS, torch_marker, user_env_for_step
+from muster.common.torchenv import TORCH_MARKER, TORCH_VARS, torch_marker, user_env_for_step
 
 
 def test_nothing_set_muster_adds_all():

@@ -70,5 +70,6 @@ def test_tres_sacct_order_matches_reference():
         tres_string(1, 1024, 1, 1, {"gpu": 2}, sort_by_name=True)
         == "billing=1,cpu=1,gres/gpu=2,mem=1G,node=1"
     )
-    assert tres_string(4, 4096, 2, None, {"gres/gpu": 4}, sort_by_name=True) == "cpu=4,gres/gpu=4,mem=4G,node=2"
+    assert (tres_string(4, 4096, 2, None, {"gres/gpu": 4}, sort_by_name=True)
+            == "cpu=4,gres/gpu=4,mem=4G,node=2")
     assert tres_string(1, 1024, 1, 1, {}, sort_by_name=True) == "billing=1,cpu=1,mem=1G,node=1"

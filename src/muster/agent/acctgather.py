@@ -161,6 +161,20 @@ class TaskUsage:
     __slots__ = ("task", "local", "pid", "user_ms", "sys_ms", "rss", "max_rss", "vmem",
                  "max_vmem", "pages", "read", "write", "cpu_util", "gpumem", "gpuutil",
                  "max_gpuutil", "_last")
+    # set in __init__ (the counters by name, from COUNTERS and PEAKS)
+    user_ms: int
+    sys_ms: int
+    pages: int
+    read: int
+    write: int
+    max_rss: int
+    max_vmem: int
+    rss: int
+    vmem: int
+    cpu_util: int
+    gpumem: int | None
+    gpuutil: int | None
+    max_gpuutil: int | None
 
     def __init__(self, task: int, local: int, pid: int):
         self.task, self.local, self.pid = task, local, pid
@@ -228,7 +242,8 @@ class TaskUsage:
                        int(usage.get("cpu_sys_us") or 0) // 1000)
 
     def record(self) -> dict:
-        rec = {"task": self.task, "user_ms": self.user_ms, "sys_ms": self.sys_ms,
+        rec: dict[str, int | None] = {
+               "task": self.task, "user_ms": self.user_ms, "sys_ms": self.sys_ms,
                "rss": self.rss, "max_rss": self.max_rss, "vmem": self.vmem,
                "max_vmem": self.max_vmem, "pages": self.pages, "read": self.read,
                "write": self.write, "cpu_util": self.cpu_util}

@@ -222,6 +222,29 @@ class Hierarchy:
         """Freeze/thaw the subtree; False when freezing is not available."""
         raise NotImplementedError
 
+    def own_base(self) -> str:
+        """The base of the node's cgroup tree (relative), as each version places it."""
+        raise NotImplementedError
+
+    def make(self, rel: str, only=None) -> None:
+        """Create *rel* (in the controllers *only*, default all)."""
+        raise NotImplementedError
+
+    def set_cpus(self, rel: str, cpus) -> None:
+        raise NotImplementedError
+
+    def set_memory(self, rel, limit_bytes, swap_limit_bytes=None, swappiness=None) -> None:
+        raise NotImplementedError
+
+    def deny_devices(self, rel: str, devs) -> None:
+        raise NotImplementedError
+
+    def oom_kills(self, rel: str) -> int:
+        raise NotImplementedError
+
+    def usage(self, rel: str) -> dict:
+        raise NotImplementedError
+
     # --- shared
     def procs(self, rel: str) -> list[int]:
         """Every process in the subtree of *rel* (any controller), sorted."""
@@ -478,7 +501,8 @@ class V1Hierarchy(Hierarchy):
 
     def usage(self, rel: str) -> dict:
         """``cpu_user_us``, ``cpu_sys_us``, ``mem_peak``, ``mem_cur`` (None if unknown)."""
-        out = {"cpu_user_us": None, "cpu_sys_us": None, "mem_peak": None, "mem_cur": None}
+        out: dict[str, int | None] = {"cpu_user_us": None, "cpu_sys_us": None, "mem_peak": None,
+                                      "mem_cur": None}
         files = (("cpuacct", "cpuacct.usage_user", "cpu_user_us", 1000),
                  ("cpuacct", "cpuacct.usage_sys", "cpu_sys_us", 1000),
                  ("memory", "memory.max_usage_in_bytes", "mem_peak", 1),
@@ -682,7 +706,8 @@ class V2Hierarchy(Hierarchy):
         """``cpu_user_us``, ``cpu_sys_us`` (cpu.stat), ``mem_peak`` (memory.peak, Linux
         5.19+), ``mem_cur`` (memory.current); None where the file is absent."""
         top = os.path.join(self.root, _norm(rel))
-        out = {"cpu_user_us": None, "cpu_sys_us": None, "mem_peak": None, "mem_cur": None}
+        out: dict[str, int | None] = {"cpu_user_us": None, "cpu_sys_us": None, "mem_peak": None,
+                                      "mem_cur": None}
         try:
             stat = _keyed(self._read(os.path.join(top, "cpu.stat")))
             out["cpu_user_us"] = stat.get("user_usec")
@@ -798,6 +823,7 @@ def load_device_filter(rules) -> int:
                 text = log.value.decode(errors="replace").strip()
                 raise CgroupError(f"BPF device program refused: {exc.strerror}"
                                   + (f": {text}" if text else "")) from None
+    raise AssertionError("unreachable: the last level raises")
 
 
 def _attached_ids(cg_fd: int) -> list[int]:
@@ -889,7 +915,7 @@ def bpf_device_filter_supported() -> bool:
 
 def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, set[str]]]:
     """(mount point, fs type, super options) of every cgroup/cgroup2 mount."""
-    out = []
+    out: list[tuple[str, str, set[str]]] = []
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()
@@ -958,8 +984,9 @@ def open_hierarchy(plugin: str = "autodetect", mount: str = "/sys/fs/cgroup",
 def describe(hier: Hierarchy) -> dict:
     """What :func:`from_description` needs to rebuild *hier* in another process (the job's
     daemons) without reading mountinfo again or probing BPF: JSON-able."""
-    if hier.version == 1:
+    if isinstance(hier, V1Hierarchy):
         return {"version": 1, "mounts": dict(hier.mounts), "unique": list(hier._unique)}
+    assert isinstance(hier, V2Hierarchy)
     return {"version": 2, "root": hier.root, "devices": "devices" in hier.controllers}
 
 
@@ -983,9 +1010,10 @@ def whereabouts(hier: Hierarchy, proc_cgroup: str = "/proc/self/cgroup") -> list
     *hier* (v1 controllers may each place it elsewhere): :func:`go_back` writes the pid
     there again. Entries the process is not listed in are left out."""
     lines = [ln.split(":", 2) for ln in _read(proc_cgroup).splitlines() if ln.count(":") >= 2]
-    if hier.version == 2:
+    if isinstance(hier, V2Hierarchy):
         return [os.path.join(hier.root, _norm(path), "cgroup.procs")
                 for hid, ctrls, path in lines if hid == "0" and ctrls == ""][:1]
+    assert isinstance(hier, V1Hierarchy)
     out = []
     for mount in hier._unique:
         mine = {c for c, m in hier.mounts.items() if m == mount}
@@ -1027,10 +1055,10 @@ def populated(hier: Hierarchy, rel: str) -> bool:
     the count (v2 ``cgroup.events``, v1 ``pids.current``); else by listing (:meth:`procs`)."""
     rel = _norm(rel)
     try:
-        if hier.version == 2:
+        if isinstance(hier, V2Hierarchy):
             return _keyed(_read(os.path.join(hier.root, rel, "cgroup.events"))).get(
                 "populated", 1) != 0
-        if "pids" in hier.mounts:
+        if isinstance(hier, V1Hierarchy) and "pids" in hier.mounts:
             return int(_read(os.path.join(hier.mounts["pids"], rel, "pids.current"))) > 0
     except (CgroupError, ValueError):
         if not os.path.isdir(hier._dirs(rel)[0]):
@@ -1071,7 +1099,7 @@ def _mount_syscall(source: str, target: str, fstype: str, flags: int, data: str)
 
 def cgroup2_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, set, list]]:
     """(mount point, per-mount options, superblock options) of every cgroup2 mount."""
-    out = []
+    out: list[tuple[str, set, list]] = []
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()

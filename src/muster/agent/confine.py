@@ -21,7 +21,8 @@ Tree, one per emulated node (two clusters, or two nodes of one agent, never shar
 
 ``h8`` is 8 hex digits of a hash of the node's spool directory; ``S`` is ``batch`` or the
 step number. On v1, ``task_K`` is made in the memory and cpuacct hierarchies only
-(:data:`TASK_CONTROLLERS`); in the others a task sits in its step's cgroup. The job cgroup holds the limits; it is made by the agent before the job's first
+(:data:`TASK_CONTROLLERS`); in the others a task sits in its step's cgroup. The job cgroup
+holds the limits; it is made by the agent before the job's first
 supervisor or step daemon starts on the node (:meth:`AgentConfinement.prepare`: a failure
 fails that launch, with the reason) and removed when the last of them has ended
 (:meth:`AgentConfinement.job_done`). Step and task cgroups belong to the step's daemon
@@ -53,6 +54,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from muster.agent import cgroup as cg
 
@@ -110,7 +112,7 @@ def node_settings(cfg) -> Settings:
     task = "task/cgroup" in plugins and conf.enabled
     return Settings(
         proctrack=cfg.proctrack_type == "proctrack/cgroup" and conf.enabled,
-        cores=task and conf.constrain_cores and not os.path.exists("/tmp/cfb/nocores"), ram=task and conf.constrain_ram_space,
+        cores=task and conf.constrain_cores, ram=task and conf.constrain_ram_space,
         swap=task and conf.constrain_swap_space, devices=task and conf.constrain_devices,
         plugin=conf.cgroup_plugin, mount=conf.cgroup_mountpoint,
         allowed_ram=conf.allowed_ram_space, allowed_swap=conf.allowed_swap_space,
@@ -253,7 +255,7 @@ class AgentConfinement:
         self._pool: ThreadPoolExecutor | None = None  # that worker, off the event loop
 
     @classmethod
-    def for_node(cls, cfg, node_name: str, spool: str) -> "AgentConfinement | None":
+    def for_node(cls, cfg, node_name: str, spool: str) -> AgentConfinement | None:
         """The node's confinement, or None (logged once, with the reason) when it is off.
         Never raises: a node that cannot confine runs its jobs unconfined."""
         try:
@@ -445,7 +447,8 @@ def remove_node_tree(spool: str) -> bool:
 def _usable(s: Settings, hier: cg.Hierarchy, node: str) -> Settings:
     """``s`` without what the hierarchy lacks a controller for (each logged)."""
     need = {"cores": "cpuset", "ram": "memory", "swap": "memory", "devices": "devices"}
-    off = {k: False for k, c in need.items() if getattr(s, k) and c not in hier.controllers}
+    off: dict[str, Any] = {k: False for k, c in need.items()
+                           if getattr(s, k) and c not in hier.controllers}
     for k in off:
         log.warning("%s: %s not constrained: no %s controller in %r", node, k, need[k], hier)
     from dataclasses import replace
@@ -473,7 +476,7 @@ class NodeConfinement:
         self._hier: cg.Hierarchy | None = None
 
     @classmethod
-    def from_launch(cls, L: dict) -> "NodeConfinement | None":
+    def from_launch(cls, L: dict) -> NodeConfinement | None:
         spec = L.get("confine")
         return cls(spec) if spec else None
 
@@ -512,7 +515,7 @@ class StepCgroup:
         self.only = TASK_CONTROLLERS if TASK_CONTROLLERS & self.hier.controllers else None
 
     @classmethod
-    def for_launch(cls, L: dict, step_name) -> "StepCgroup | None":
+    def for_launch(cls, L: dict, step_name) -> StepCgroup | None:
         spec = L.get("confine")
         return cls(spec, L["job_id"], step_name) if spec else None
 

@@ -4,7 +4,7 @@ One agent per node. It keeps one TCP connection to the controller (opened by the
 the node's own address), over which it registers, heartbeats and reports job ends; the
 controller sends launch/terminate/signal messages back.
 
-Trust: the link starts with the linkauth handshake (muster.controller.netio.initiate). Until
+Trust: the link starts with the linkauth handshake (muster.common.netio.initiate). Until
 the controller has proved it holds the cluster key the agent sends it nothing but a hello
 (a nonce, its role, key ids) and reads nothing but the proof: a process squatting the
 controller's port while it is down gets no registration, no job list, and runs nothing. Every
@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import time
+from typing import Any
 
 from muster import __version__
 from muster.agent import acctgather, confine
@@ -37,16 +38,16 @@ from muster.agent.prolog import NodeScripts
 from muster.agent.stepd import run_stepd
 from muster.agent.supervisor import run_supervisor
 from muster.common import auth, securefs
-from muster.controller.netio import STREAM_LIMIT, BadFrame, Link, LinkForged, initiate
+from muster.common.netio import STREAM_LIMIT, BadFrame, Link, LinkForged, initiate
 
 log = logging.getLogger("musterd")
 
 HEARTBEAT_S = 5.0
 REGISTER_TIMEOUT = 60.0  # the controller reconciles a registration (a commit) before answering
-ZYGOTE = None  # channel to the zygote (muster.agent.zygote), set by the entry point
+ZYGOTE: socket.socket | None = None  # channel to the zygote (muster.agent.zygote), set by the entry point
 
 
-async def run_many(agents: list["Agent"]) -> None:
+async def run_many(agents: list[Agent]) -> None:
     """Emulation mode: several nodes served by one process, one connection per node, each
     from its own node address. Nodes stay independent (own spool, own supervisors)."""
     loop = asyncio.get_running_loop()
@@ -258,7 +259,7 @@ class Agent:
                 _write_json(os.path.join(d, "limit.json"), {"time_limit_s": msg.get("time_limit_s")})
                 self._poke(msg["job_id"], msg.get("run", 0), signal.SIGUSR2)
         elif op == "ack":
-            key = (msg.get("job_id"), msg.get("run", 0))
+            key: tuple = (msg.get("job_id"), msg.get("run", 0))  # as sent: may match nothing
             if self.unacked.pop(key, None) is not None:
                 self._discard(self._dir(*key))
         elif op == "launch_step":
@@ -267,9 +268,9 @@ class Agent:
             if _signum(msg.get("signal")):
                 self.signal_step((msg["job_id"], msg["step_id"], msg.get("run", 0)), [msg["signal"]])
         elif op == "ack_step":
-            key = (msg.get("job_id"), msg.get("step_id"), msg.get("run", 0))
-            if self.unacked_steps.pop(key, None) is not None:
-                self._discard(self._step_dir(*key))
+            skey: tuple = (msg.get("job_id"), msg.get("step_id"), msg.get("run", 0))
+            if self.unacked_steps.pop(skey, None) is not None:
+                self._discard(self._step_dir(*skey))
         elif op == "kill_list":
             for jid in msg.get("jobs", []):
                 self._kill_unknown(jid)
@@ -288,7 +289,7 @@ class Agent:
         the job does not hang; a refused step launch likewise."""
         op = msg["op"]
         if op in ("launch", "launch_step", "prolog", "epilog"):
-            ids = (msg.get("uid"), msg.get("gid"))
+            ids: tuple | None = (msg.get("uid"), msg.get("gid"))
         else:
             ids = self._job_ids(msg)
         try:
@@ -311,7 +312,8 @@ class Agent:
         node (batch or step); None when this node never ran it (nothing to act on)."""
         if msg.get("op") == "kill_list":
             return None
-        job_id, run = msg.get("job_id"), msg.get("run", 0)
+        job_id: Any = msg.get("job_id")  # as sent: a job never run here matches no directory
+        run = msg.get("run", 0)
         dirs = [self._dir(job_id, run)] + [self._step_dir(*k) for k in self.steps
                                             if k[0] == job_id]
         for d in dirs:
@@ -609,8 +611,7 @@ class Agent:
         except LinkForged as exc:
             log.warning("%s: no authenticated controller at %s:%s (%s): sent it nothing but "
                         "a hello, running nothing it says", self.name, host, port, exc)
-        except (BadFrame, asyncio.TimeoutError, ConnectionError, OSError,
-                asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, BadFrame, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             log.warning("%s: link handshake with %s:%s failed: %s", self.name, host, port,
                         exc or type(exc).__name__)
         link.close()
@@ -645,8 +646,7 @@ class Agent:
                     log.exception("handling %s failed", msg.get("op"))
         except LinkForged as exc:
             log.warning("controller link closed: a frame failed its integrity check (%s)", exc)
-        except (BadFrame, ConnectionError, asyncio.IncompleteReadError,
-                asyncio.TimeoutError) as exc:
+        except (TimeoutError, BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
             log.warning("controller link lost: %s", exc or type(exc).__name__)
         finally:
             if hb:
@@ -673,7 +673,7 @@ class Agent:
                 message = (out.decode(errors="replace").strip().splitlines() or [""])[-1]
                 if not ok and not message:
                     message = f"HealthCheckProgram exited {proc.returncode}"
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 ok, message = False, f"HealthCheckProgram failed: {exc}"
             gpu_problem = _nvml_problem()
             if gpu_problem:
@@ -684,10 +684,12 @@ class Agent:
     async def _usage_loop(self) -> None:
         """Forward the supervisors' and step daemons' live usage samples (usage.json), at
         twice the sampling rate so that a sample waits at most half an interval."""
+        assert self.acct is not None  # the loop runs only with accounting on
         period = max(0.5, self.acct["freq"] / 2)
         while True:
             await asyncio.sleep(period)
-            running = [(self._dir(j, r), j, r, "batch") for j, r in self.jobs]
+            running: list[tuple[str, int, int, object]] = [
+                (self._dir(j, r), j, r, "batch") for j, r in self.jobs]
             running += [(self._step_dir(*k), k[0], k[2], k[1]) for k in self.steps]
             for msg in self.usage.collect(self.name, running):
                 self._send(msg)
@@ -765,7 +767,7 @@ def _step_failure(key: tuple, node: str, tasks: list) -> dict:
 
 
 def _is_local_addr(addr: str | None) -> bool:
-    return bool(addr) and addr.startswith("127.")
+    return addr is not None and addr.startswith("127.")
 
 
 def _read_json(path: str) -> dict | None:

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     from muster.common.errors import MusterError
     from muster.common.process import daemon_start
     from muster.config import load
-    path = daemon_start("musterd", args.conf, args.logfile, args.verbose)
+    from muster.config.locate import find_config_path
+    path = daemon_start("musterd", args.conf or find_config_path(), args.logfile, args.verbose)
     if path is None:
         return 1
     try:

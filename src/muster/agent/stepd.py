@@ -32,14 +32,14 @@ import time
 
 from muster.agent import acctgather, confine, taskprolog
 from muster.agent.cgroup import CgroupError
-from muster.agent.supervisor import (_WORKDIR, _AsUser, forked_main, user_open, workdir_args,
-                                     write_json_atomic)
+from muster.agent.supervisor import _AsUser, forked_main, user_open, write_json_atomic
+from muster.agent.workdir import WORKDIR, workdir_args
 from muster.common import cpubind
 from muster.common import iostream as io
 from muster.common.linkauth import (HANDSHAKE_TIMEOUT, PRE_AUTH_MAX_FRAME, Initiator,
                                      LinkAuthError, Sealer)
 from muster.common.patterns import expand_pattern
-from muster.controller.jobenv import TORCH_MARKER, torch_marker
+from muster.common.torchenv import TORCH_MARKER, torch_marker
 
 HOLD_MAX = 1 << 20  # output bytes held for srun while it has not proved itself yet
 PTY_FEED_MAX = 1 << 20  # typed bytes queued for a pty whose task does not read; more are dropped
@@ -58,6 +58,12 @@ class _Task:
 
     __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig", "tty",
                  "feed", "oom")
+    pid: int | None     # set when started (with pidfd)
+    pidfd: int | None
+    out: int | None     # pipe/pty fds, None once closed
+    err: int | None
+    inp: int | None
+    status: int | None  # exit status, once reaped
 
     def __init__(self, tid: int, local: int):
         self.tid, self.local = tid, local
@@ -205,6 +211,7 @@ class _StepD:
         self.outbuf += io.hello(self.hs.answer(io.message(payload)))
         self.sealer, self.decoder.opener = self.hs.pair()
         self.decoder.limit = io.MAX_PAYLOAD
+        assert self.sock is not None  # the handshake runs on the connection to srun
         self.sock.setblocking(False)
         for data in self.held:
             self.outbuf += data
@@ -215,6 +222,7 @@ class _StepD:
 
     def _await_srun(self) -> None:
         """Block until srun has proved itself, at most until the handshake's deadline."""
+        assert self.sock is not None  # the handshake runs on the connection to srun
         try:
             while not self._srun_proved():
                 left = self.hs_deadline - time.monotonic()
@@ -246,8 +254,8 @@ class _StepD:
             if pid == 0:
                 os._exit(2)
         t.pid = pid
-        t.pidfd = os.pidfd_open(pid)
-        self.sel.register(t.pidfd, selectors.EVENT_READ, ("exit", t))
+        t.pidfd = pidfd = os.pidfd_open(pid)
+        self.sel.register(pidfd, selectors.EVENT_READ, ("exit", t))
         if out_r is not None:
             os.set_blocking(out_r, False)
             t.out = out_r
@@ -420,7 +428,7 @@ class _StepD:
             self._begin_kill("srun", quiet=True)
         while not self._done():
             deadlines = [d for d in (self.kill_at, self.drain_until,
-                                     self.acct and self.acct.next_due) if d is not None]
+                                     self.acct.next_due if self.acct else None) if d is not None]
             timeout = max(0.0, min(deadlines) - time.time()) if deadlines else None
             for key, mask in self.sel.select(timeout):
                 kind, t = key.data
@@ -510,6 +518,7 @@ class _StepD:
 
     def _pump(self, t: _Task, kind: str) -> None:
         fd = t.out if kind == "out" else t.err
+        assert fd is not None  # registered only while open
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
@@ -529,6 +538,7 @@ class _StepD:
         self._maybe_exit_frame(t)
 
     def _reap(self, t: _Task) -> None:
+        assert t.pid is not None and t.pidfd is not None  # reaped only once started
         self.sel.unregister(t.pidfd)
         os.close(t.pidfd)
         _, ws, rusage = os.wait4(t.pid, 0)
@@ -552,6 +562,7 @@ class _StepD:
             self._send(io.pack(io.EXIT, t.tid, json.dumps(exit_).encode()))
 
     def _from_srun(self) -> None:
+        assert self.sock is not None  # registered only while connected
         try:
             data = self.sock.recv(65536)
         except BlockingIOError:
@@ -658,7 +669,7 @@ def task_env(common: dict, L: dict, local: int, tid: int) -> dict:
 
     ``RANK``/``LOCAL_RANK`` only when Muster adds them for this step (``torch_vars``, the
     names absent from srun's environment: a value the user set wins), and the marker of what
-    Muster added, with the values (controller.jobenv: a nested srun tells them from the
+    Muster added, with the values (common.torchenv: a nested srun tells them from the
     user's). A launch without ``torch_vars`` (an older controller) gets both, unmarked."""
     env = dict(common)
     added = L.get("torch_vars")
@@ -703,7 +714,8 @@ class _Bound:
     step's cpuset) leave the task unbound, ``error`` saying why, as task/affinity does."""
 
     def __init__(self, cpus: list[int] | None, error):
-        self.cpus, self.error, self.old = cpus, error, None
+        self.cpus, self.error = cpus, error
+        self.old: set[int] | None = None
 
     def __enter__(self):
         if self.cpus:
@@ -779,10 +791,10 @@ def _killpg(pid: int | None, sig: int) -> None:
 
 # The task's process runs no Python: subprocess's C fork/exec does setsid, the uid/gid switch,
 # umask and the fds; this wrapper enters the working directory as the user (supervisor's
-# _WORKDIR: never chdir as root), sets SLURM_TASK_PID to its own pid and execs the command
+# WORKDIR: never chdir as root), sets SLURM_TASK_PID to its own pid and execs the command
 # (which keeps that pid), reporting a missing command as Slurm's stepd does.
 _TASK_WRAPPER = (
-    'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + _WORKDIR +
+    'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + WORKDIR +
     'command -v "$0" >/dev/null 2>&1 || { printf "slurmstepd-%s: error: execve(): %s: No such '
     'file or directory\\n" "$SLURMD_NODENAME" "$0" >&2; exit 2; }; exec "$0" "$@"')
 # A --pty task's wrapper first makes its terminal (fd 0, a pty slave the user owns) its

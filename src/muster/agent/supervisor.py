@@ -39,6 +39,8 @@ import time
 
 from muster.agent import acctgather, confine, taskprolog
 from muster.agent.cgroup import CgroupError
+from muster.agent.workdir import WORKDIR, workdir_args
+from muster.common import clock
 from muster.common.patterns import expand_pattern
 from muster.common.timefmt import fmt_iso
 
@@ -128,7 +130,7 @@ class _Supervisor:
         with open(os.path.join(self.spool, "super.pid"), "w") as fh:
             fh.write(str(os.getpid()))
         out_path, err_path = self._paths()
-        start = time.time()
+        start = clock.time()
         try:
             self.cg = confine.StepCgroup.for_launch(self.launch, "batch")
             if self.cg is not None and self.acct is not None:
@@ -142,7 +144,7 @@ class _Supervisor:
         if pid is None:
             status = {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": 1,
                       "signal": 0, "timed_out": False, "terminated": None,
-                      "start_time": int(start), "end_time": int(time.time()),
+                      "start_time": int(start), "end_time": int(clock.time()),
                       "launch_failed": True, "launch_error": failure[:1000]}
         else:
             with open(os.path.join(self.spool, "job.pid"), "w") as fh:
@@ -182,17 +184,17 @@ class _Supervisor:
         def warn_due():  # reads the loop's current deadline, warned and why
             return _warn_time(deadline, sig_spec) if not warned and why is None else None
         while True:
-            now = time.time()
+            now = clock.time()
             warn_at = warn_due()
             timeouts = [t for t in (deadline if why is None else None, kill_at, warn_at,
-                                    self.acct and self.acct.next_due) if t is not None]
+                                    self.acct.next_due if self.acct else None) if t is not None]
             wait = max(0.0, min(timeouts) - now) if timeouts else None
             ready, _, _ = select.select([pidfd, self.wake_r], [], [], wait)
             if pidfd in ready:
                 break
             if self.wake_r in ready:
                 os.read(self.wake_r, 64)
-            now = time.time()
+            now = clock.time()
             if self.term_requested and why is None:
                 why = self._read_reason()
                 self._begin_kill(pid, why)
@@ -201,7 +203,7 @@ class _Supervisor:
             self._reload_limit()
             deadline = self._deadline(start)
             warn_at = warn_due()
-            if warn_at is not None and now >= warn_at:
+            if warn_at is not None and sig_spec is not None and now >= warn_at:  # (due: a spec)
                 self._send_warning(pid, sig_spec)
                 warned = True
             if why is None and deadline is not None and now >= deadline:
@@ -224,7 +226,7 @@ class _Supervisor:
         sig = os.WTERMSIG(wstatus) if os.WIFSIGNALED(wstatus) else 0
         return {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": exit_code,
                 "signal": sig, "timed_out": timed_out, "terminated": why,
-                "start_time": int(start), "end_time": int(time.time()), "launch_failed": False}
+                "start_time": int(start), "end_time": int(clock.time()), "launch_failed": False}
 
     def _finish_cgroup(self) -> dict:
         """The batch step is over: nothing of it may survive (double-forked daemons
@@ -258,8 +260,9 @@ class _Supervisor:
         """Slurm's CANCELLED line, then SIGCONT+SIGTERM. The line goes through the descriptor
         opened as the user at start: re-opening the path as root would follow whatever the job
         has put there since (a symlink to /etc/sudoers)."""
-        stamp = fmt_iso(int(time.time()))
-        line = f"slurmstepd: error: *** JOB {self.job_id} ON {self.node} CANCELLED AT {stamp}{WHY_TEXT.get(why, '')} ***\n"
+        stamp = fmt_iso(int(clock.time()))
+        line = (f"slurmstepd: error: *** JOB {self.job_id} ON {self.node} CANCELLED AT {stamp}"
+                f"{WHY_TEXT.get(why, '')} ***\n")
         write_unstalled(self.err_fd, line.encode())
         _killpg(pid, signal.SIGCONT)
         _killpg(pid, signal.SIGTERM)
@@ -416,33 +419,9 @@ class _AsUser:
         return False
 
 
-# The working directory is entered by the job's own shell, after the switch to the user's ids:
-# never chdir as root, since a symlink swapped in between a check and root's chdir would put the
-# job in a directory its user cannot enter (CPython's Popen(cwd=, user=) chdirs before setuid).
-# Arguments: $1 the directory, $2 the submitter's PWD (kept when it names the same directory, as
-# a shell started there would keep it), $3 "x" + the submitter's OLDPWD, or "" when unset (cd
-# sets OLDPWD); plain shell builtins, no variables of ours (they could clash with the job's).
-# The failure message is Slurm's, with its errno text.
-_WORKDIR = (
-    'cd -P -- "$1" 2>/dev/null || { '
-    'if [ -d "$1" ]; then set -- "Permission denied" "$@"; '
-    'elif [ -e "$1" ]; then set -- "Not a directory" "$@"; '
-    'else set -- "No such file or directory" "$@"; fi; '
-    'printf "slurmstepd: error: couldn\'t chdir to \\`%s\': %s: going to /tmp instead\\n" '
-    '"$2" "$1" >&2; shift; cd /tmp || exit 1; }; '
-    '[ -n "$2" ] && [ "$2" -ef . ] && PWD=$2; '
-    'case $3 in x*) OLDPWD=${3#x};; *) unset OLDPWD;; esac; shift 3; ')
-
-
-def workdir_args(work_dir: str, env: dict) -> list[str]:
-    """The positional arguments ``_WORKDIR`` reads ($1-$3)."""
-    old = env.get("OLDPWD")
-    return [work_dir, env.get("PWD") or "", "" if old is None else "x" + old]
-
-
 # $$ of this shell is the pid the script keeps after `exec` (SLURM_TASK_PID is the batch
 # shell's own pid); the wrapper costs one exec and no Python in the child.
-_WRAPPER = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + _WORKDIR + 'exec "$0" "$@"'
+_WRAPPER = 'SLURM_TASK_PID=$$; export SLURM_TASK_PID; ' + WORKDIR + 'exec "$0" "$@"'
 
 
 def _close_all(fds) -> None:

@@ -73,10 +73,10 @@ def with_task_prolog(wrapper: str, path: str | None) -> str:
     return head + _SNIPPET.format(path=shlex.quote(path), b=_BLANKS) + EXEC
 
 
-# The TaskEpilog's wrapper: $0 the program, $1-$3 supervisor._WORKDIR's arguments.
+# The TaskEpilog's wrapper: $0 the program, $1-$3 workdir.WORKDIR's arguments.
 def _epilog_argv(path: str, work_dir: str, env: dict) -> list[str]:
-    from muster.agent.supervisor import _WORKDIR, workdir_args
-    return ["/bin/sh", "-c", _WORKDIR + 'exec "$0"', path, *workdir_args(work_dir, env)]
+    from muster.agent.workdir import WORKDIR, workdir_args
+    return ["/bin/sh", "-c", WORKDIR + 'exec "$0"', path, *workdir_args(work_dir, env)]
 
 
 def run_task_epilog(L: dict, env: dict, task_pid: int | None, work_dir: str) -> str | None:

@@ -22,8 +22,9 @@ from starlette.staticfiles import StaticFiles
 
 from muster.api.ctlclient import ControllerClient
 from muster.api.jwtauth import AuthFailure, Identity, JwtVerifier
-from muster.cli import fmt_json
+from muster.common import fmt_json
 from muster.common.errors import CODES, TransportError
+from muster.common.gresspec import parse_gres
 
 V = "v0.0.40"
 STATIC = os.path.join(os.path.dirname(__file__), "static")
@@ -139,7 +140,7 @@ class Api:
     async def job_cancel(self, request: Request):
         who = self.ident(request)
         jid = _path_int(request, "job_id")
-        msg = {"op": "cancel", "jobs": [{"job_id": jid}]}
+        msg: dict = {"op": "cancel", "jobs": [{"job_id": jid}]}
         sig = request.query_params.get("signal")
         if sig:
             msg["signal"] = _parse_signal(sig)
@@ -155,7 +156,7 @@ class Api:
         who = self.ident(request)
         jid = _path_int(request, "job_id")
         action = request.path_params["action"]
-        msg = {"jobs": [{"job_id": jid}]}
+        msg: dict = {"jobs": [{"job_id": jid}]}
         if action == "hold":
             msg.update(op="hold", user_hold=True)
         elif action == "release":
@@ -464,25 +465,6 @@ def _unnum(v):
     return v
 
 
-def _gres_spec(spec: str) -> list[dict]:
-    """``gres/gpu:2``, ``gres:gpu:a100:2``, ``gpu:2`` → request gres list."""
-    out = []
-    for item in [x for x in spec.split(",") if x]:
-        item = item.replace("gres/", "").replace("gres:", "")
-        parts = item.split(":")
-        name = parts[0]
-        typ = None
-        count = 1
-        if len(parts) == 2:
-            count = int(parts[1]) if parts[1].isdigit() else 1
-            if not parts[1].isdigit():
-                typ = parts[1]
-        elif len(parts) >= 3:
-            typ, count = parts[1], int(parts[2]) if parts[2].isdigit() else 1
-        out.append({"name": name, "type": typ, "count": count})
-    return out
-
-
 _SIMPLE = {"name": "name", "partition": "partition", "account": "account", "qos": "qos",
            "comment": "comment", "dependency": "dependency", "array": "array",
            "standard_output": "std_out", "standard_error": "std_err",
@@ -533,16 +515,16 @@ def translate_job(desc: dict, who: Identity) -> tuple[dict, dict, list[dict]]:
                 req["nodes_max"] = int(hi)
         except ValueError:
             raise ApiError(400, f"Invalid nodes: {nodes!r}", "invalid_request") from None
-    try:
+    try:  # gres/gpu:2, gres:gpu:a100:2, gpu:2 (muster.common.gresspec, as --gres reads them)
         if desc.get("tres_per_node"):
-            req["gres"] = _gres_spec(desc["tres_per_node"])
+            req["gres"] = parse_gres(desc["tres_per_node"])
         if desc.get("tres_per_job"):
-            g = _gres_spec(desc["tres_per_job"])[0]
+            g = parse_gres(desc["tres_per_job"])[0]
             req["gpus"] = {"type": g["type"], "count": g["count"]}
         if desc.get("tres_per_task"):
-            g = _gres_spec(desc["tres_per_task"])[0]
+            g = parse_gres(desc["tres_per_task"])[0]
             req["gpus_per_task"] = {"type": g["type"], "count": g["count"]}
-    except (AttributeError, ValueError, IndexError):
+    except (AttributeError, ValueError, IndexError):  # GresSpecError is a ValueError
         raise ApiError(400, "Invalid generic resource (gres) specification", "invalid_gres") from None
     excl = desc.get("exclusive")
     if excl:
@@ -618,7 +600,8 @@ def build_app(api: Api) -> Starlette:
         Mount("/dashboard", app=StaticFiles(directory=STATIC, html=True), name="dashboard"),
     ]
 
-    async def api_error(request: Request, exc: ApiError):
+    async def api_error(request: Request, exc: Exception):
+        assert isinstance(exc, ApiError)  # registered for ApiError only
         body = {"errors": [{"error": exc.message, "error_number": _errnum(exc.code),
                             "description": exc.code, "source": exc.source}],
                 "warnings": [], "meta": fmt_json.meta([request.method, request.url.path],

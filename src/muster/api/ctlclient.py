@@ -17,7 +17,7 @@ import time
 
 from muster.common import wire
 from muster.common.errors import TransportError
-from muster.controller.netio import BadFrame, Link, initiate
+from muster.common.netio import BadFrame, Link, initiate
 
 POOL_IDLE_S = 20.0  # the controller closes idle clients after 30 s
 POOL_MAX = 8  # idle connections kept per uid
@@ -53,13 +53,13 @@ class ControllerClient:
         """A new link as (uid, gid), with ``msg`` already sent behind the handshake."""
         try:
             r, w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise TransportError(f"Unable to contact slurm controller ({exc})") from None
         link = Link(r, w)
         claims = {"uid": uid, "gid": gid, "host": self.hostname}
         try:
             await initiate(link, self.keys, "client", claims, first=msg)
-        except (BadFrame, OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, BadFrame, OSError, asyncio.IncompleteReadError) as exc:
             link.close()
             raise TransportError(f"Unable to contact slurm controller (link authentication "
                                  f"failed: {exc or type(exc).__name__})") from None
@@ -68,10 +68,9 @@ class ControllerClient:
     async def call(self, msg: dict, uid: int, gid: int) -> dict:
         """Send one request as (uid, gid); the controller's reply (``ok`` false on refusal)."""
         for _attempt in range(2):
-            link = self._take(uid)
-            fresh = link is None
-            if fresh:
-                link = await self._open(msg, uid, gid)
+            pooled = self._take(uid)
+            fresh = pooled is None
+            link = await self._open(msg, uid, gid) if pooled is None else pooled
             try:
                 if not fresh:
                     link.send(msg)
@@ -79,7 +78,7 @@ class ControllerClient:
                 reply = await asyncio.wait_for(link.recv(wire.MAX_CLIENT_REPLY), self.timeout)
                 if reply is None:
                     raise ConnectionResetError("connection closed")
-            except (OSError, BadFrame, asyncio.IncompleteReadError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError, BadFrame, asyncio.IncompleteReadError) as exc:
                 link.close()
                 if fresh:
                     raise TransportError(f"Unable to contact slurm controller ({exc!r})") from None

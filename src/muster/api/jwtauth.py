@@ -31,7 +31,7 @@ class JwtVerifier:
     def __init__(self, key_path: str):
         self.key_path = key_path
         self._key: bytes | None = None
-        self._stamp = None
+        self._stamp: tuple[int, int, int] | None = None
 
     def key(self) -> bytes:
         """The key, re-read when the file changes; created by the controller on first use."""

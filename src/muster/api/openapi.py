@@ -7,6 +7,8 @@ releases); the fields Muster fills are listed and typed.
 
 from __future__ import annotations
 
+from typing import Any
+
 V = "v0.0.40"
 
 
@@ -21,7 +23,7 @@ def _obj(props: dict, required: list[str] | None = None) -> dict:
 
 
 S = {"type": "string"}
-I = {"type": "integer"}
+I = {"type": "integer"}  # noqa: E741 - one-letter schema shorthands (S, I, B, N) keep tables short
 B = {"type": "boolean"}
 N = {"type": "number"}
 SL = {"type": "array", "items": S}
@@ -187,7 +189,7 @@ def _p(name: str, where: str = "query", schema: dict | None = None, required: bo
 
 def _op(op_id: str, summary: str, ok: str, *, params=(), body: str | None = None,
         errors=(400, 401, 403, 404, 503), tag: str = "slurm", secure: bool = True) -> dict:
-    out = {"operationId": op_id, "summary": summary, "tags": [tag],
+    out: dict[str, Any] = {"operationId": op_id, "summary": summary, "tags": [tag],
            "parameters": list(params),
            "responses": {"200": {"description": "success", "content": {
                "application/json": {"schema": _ref(ok)}}}}}

@@ -129,8 +129,8 @@ def render_table(fields: list[Field], tail: str, titles: list[str], rows: list[l
 
     parts = []
     for idx, f in enumerate(fields):
-        w = widths[idx]
-        spec = "" if w is None else f"{'>' if f.right else '<'}{w}.{w}"
+        width = widths[idx]
+        spec = "" if width is None else f"{'>' if f.right else '<'}{width}.{width}"
         parts.append(f"{esc(f.prefix)}{{{idx}:{spec}}}{esc(f.suffix)}")
     template = "".join(parts) + esc(tail)
     fmt = template.format

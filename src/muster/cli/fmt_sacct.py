@@ -157,23 +157,28 @@ FIELDS = {
     "AllocCPUS": (10, _alloc_cpus),
     "NCPUS": (10, _alloc_cpus),
     "ReqCPUS": (8, lambda j, st, c: str(st.get("num_cpus", 0) if st is not None else j.get("num_cpus", 0))),
-    "AllocNodes": (10, lambda j, st, c: str((st or j).get("num_nodes", 0)) if (st is not None or j.get("node_list")) else "0"),
+    "AllocNodes": (10, lambda j, st, c: str((st or j).get("num_nodes", 0))
+                   if (st is not None or j.get("node_list")) else "0"),
     "NNodes": (8, lambda j, st, c: str((st or j).get("num_nodes", 0))),
     "NTasks": (8, lambda j, st, c: str(st.get("num_tasks", "")) if st is not None else ""),
     "AllocTRES": (10, _alloc_tres),
     "ReqTRES": (10, _job_only(lambda j, st, c: sort_tres(j.get("tres_req")))),
     "State": (10, _state),
     "ExitCode": (8, _exit),
-    "DerivedExitCode": (15, _job_only(lambda j, st, c: f"{j.get('derived_exit_code', 0)}:{j.get('derived_exit_signal', 0)}")),
+    "DerivedExitCode": (15, _job_only(lambda j, st, c: f"{j.get('derived_exit_code', 0)}:"
+                                                       f"{j.get('derived_exit_signal', 0)}")),
     "Reason": (22, _job_only(lambda j, st, c: j.get("reason") or "None")),
     "Elapsed": (10, lambda j, st, c: fmt_duration_long(_elapsed(j, st, c))),
     "ElapsedRaw": (10, lambda j, st, c: str(_elapsed(j, st, c))),
     "CPUTime": (10, lambda j, st, c: fmt_duration_long(_elapsed(j, st, c) * int(_alloc_cpus(j, st, c)))),
     "CPUTimeRAW": (10, lambda j, st, c: str(_elapsed(j, st, c) * int(_alloc_cpus(j, st, c)))),
     "Timelimit": (10, _job_only(lambda j, st, c: fmt_limit_long(j.get("time_limit")))),
-    "TimelimitRaw": (10, _job_only(lambda j, st, c: "UNLIMITED" if j.get("time_limit") is None else str(j["time_limit"]))),
-    "Submit": (19, lambda j, st, c: fmt_iso(st.get("start_time") if st is not None else j.get("submit_time"))),
-    "Eligible": (19, lambda j, st, c: fmt_iso(st.get("start_time") if st is not None else j.get("eligible_time"))),
+    "TimelimitRaw": (10, _job_only(lambda j, st, c: "UNLIMITED" if j.get("time_limit") is None
+                                   else str(j["time_limit"]))),
+    "Submit": (19, lambda j, st, c: fmt_iso(st.get("start_time") if st is not None
+                                            else j.get("submit_time"))),
+    "Eligible": (19, lambda j, st, c: fmt_iso(st.get("start_time") if st is not None
+                                              else j.get("eligible_time"))),
     "Start": (19, lambda j, st, c: _start(j, st)),
     "End": (19, lambda j, st, c: fmt_iso((st or j).get("end_time"))),
     "NodeList": (15, _nodelist),
@@ -299,8 +304,8 @@ def render(jobs: list[dict], *, fields: list | str | None = None, parsable: bool
         out.extend(sep.join(r) + end for r in rows)
     else:
         if not noheader:
-            out.append("".join(_cell(n, w, l) + " " for n, w, l, _ in specs))
+            out.append("".join(_cell(n, w, left) + " " for n, w, left, _ in specs))
             out.append("".join("-" * w + " " for _, w, _, _ in specs))
         for r in rows:
-            out.append("".join(_cell(v, w, l) + " " for v, (_, w, l, _) in zip(r, specs)))
+            out.append("".join(_cell(v, w, left) + " " for v, (_, w, left, _) in zip(r, specs)))
     return "".join(line + "\n" for line in out)

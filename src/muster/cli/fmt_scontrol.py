@@ -103,10 +103,12 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
     lines = [
         first,
         f"   UserId={j.get('user')}({j.get('uid')}) GroupId={j.get('group')}({j.get('gid')}) MCS_label=N/A",
-        f"   Priority={j.get('priority', 0)} Nice={j.get('nice', 0)} Account={j.get('account')} QOS={j.get('qos')}",
+        f"   Priority={j.get('priority', 0)} Nice={j.get('nice', 0)} Account={j.get('account')}"
+        f" QOS={j.get('qos')}",
         f"   JobState={state} Reason={reason} Dependency={_n(j.get('dependency'))}",
         f"   Requeue={1 if j.get('requeue') else 0} Restarts={j.get('restarts', 0)} "
-        f"BatchFlag={1 if j.get('batch') else 0} Reboot=0 ExitCode={j.get('exit_code', 0)}:{j.get('exit_signal', 0)}",
+        f"BatchFlag={1 if j.get('batch') else 0} Reboot=0"
+        f" ExitCode={j.get('exit_code', 0)}:{j.get('exit_signal', 0)}",
     ]
     if details:
         lines.append(f"   DerivedExitCode={j.get('derived_exit_code', 0)}:{j.get('derived_exit_signal', 0)}")

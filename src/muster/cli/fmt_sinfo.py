@@ -169,7 +169,8 @@ _CODES = {
     "s": ("JOB_SIZE", "p", lambda p: _job_size(p) if p else "n/a"),
     "r": ("ROOT", "p", lambda p: "no"),
     "h": ("OVERSUBSCRIBE", "p", lambda p: (p.get("over_subscribe") or "NO") if p else "n/a"),
-    "g": ("GROUPS", "p", lambda p: "all" if not p or p.get("allow_groups", "ALL") == "ALL" else p["allow_groups"]),
+    "g": ("GROUPS", "p", lambda p: "all" if not p or p.get("allow_groups", "ALL") == "ALL"
+          else p["allow_groups"]),
     "p": ("PRIO_TIER", "p", lambda p: str(p.get("priority_tier", 1)) if p else "n/a"),
     "I": ("PRIO_JOB_FACTOR", "p", lambda p: str(p.get("priority_job_factor", 1)) if p else "n/a"),
     "t": ("STATE", "n", node_state_short),
@@ -184,7 +185,8 @@ _CODES = {
     "U": ("USER", "n", lambda n: f"{n.get('reason_user') or 'Unknown'}({n.get('reason_uid', 0)})"),
     "H": ("TIMESTAMP", "n", lambda n: fmt_iso(n.get("reason_time"))),
     "w": ("WEIGHT", "n", lambda n: str(n.get("weight", 1))),
-    "z": ("S:C:T", "n", lambda n: f"{n.get('sockets', 1)}:{n.get('cores_per_socket', 1)}:{n.get('threads_per_core', 1)}"),
+    "z": ("S:C:T", "n", lambda n: f"{n.get('sockets', 1)}:{n.get('cores_per_socket', 1)}:"
+                                  f"{n.get('threads_per_core', 1)}"),
     "X": ("SOCKETS", "n", lambda n: str(n.get("sockets", 1))),
     "Y": ("CORES", "n", lambda n: str(n.get("cores_per_socket", 1))),
     "Z": ("THREADS", "n", lambda n: str(n.get("threads_per_core", 1))),
@@ -358,7 +360,7 @@ def render(partitions: list[dict], nodes: list[dict], *, fmt: str | None = None,
                 for x in p.get("node_names") or []:
                     if x in by_name:
                         seen.setdefault(x, by_name[x])
-            buckets = [(parts[0] if parts else None, list(seen.values()))]
+            buckets = [(parts[0] if parts else {}, list(seen.values()))]
         for p, members in buckets:
             members = [n for n in members if n["name"] in sel_names]
             if not members:

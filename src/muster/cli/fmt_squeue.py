@@ -9,7 +9,7 @@ start time (unknown = last), ties by job id ascending (squeue_start.txt).
 """
 from __future__ import annotations
 
-from muster.cli.fmt_common import Field, parse_format, parse_format_long, render_table
+from muster.cli.fmt_common import parse_format, parse_format_long, render_table
 from muster.common.units import fmt_mem
 from muster.common.timefmt import fmt_ctime, fmt_duration, fmt_iso, fmt_limit
 
@@ -233,7 +233,8 @@ _LONG = {
     "command": ("COMMAND", _CODES["o"][1]),
     "reservation": ("RESERVATION", _CODES["v"][1]),
     "tres-per-node": ("TRES_PER_NODE", _CODES["b"][1]),
-    "tres-per-task": ("TRES_PER_TASK", lambda j, n: f"gres/gpu:{j['gpus_per_task']}" if j.get("gpus_per_task") else "N/A"),
+    "tres-per-task": ("TRES_PER_TASK", lambda j, n: f"gres/gpu:{j['gpus_per_task']}"
+                      if j.get("gpus_per_task") else "N/A"),
     "tres-alloc": ("TRES_ALLOC", lambda j, n: _tres_alloc(j)),
     "schednodes": ("SCHEDNODES", _CODES["Y"][1]),
     "nice": ("NICE", _CODES["y"][1]),
@@ -289,7 +290,8 @@ _SORT_KEYS = {
     "V": lambda j, n: j.get("submit_time") or 0,
     "e": lambda j, n: j.get("end_time") or 0,
     "l": lambda j, n: j["time_limit"] if j.get("time_limit") is not None else 2 ** 32,
-    "L": lambda j, n: (j["time_limit"] * 60 - _time_used(j, n)) if j.get("time_limit") is not None else 2 ** 32,
+    "L": lambda j, n: ((j["time_limit"] * 60 - _time_used(j, n)) if j.get("time_limit") is not None
+                       else 2 ** 32),
     "M": lambda j, n: _time_used(j, n),
     "D": lambda j, n: j.get("num_nodes", 0),
     "C": lambda j, n: j.get("num_cpus", 0),
@@ -343,7 +345,9 @@ def sort_jobs(jobs: list[dict], sort: str | None, now: int, start: bool = False)
             if k in "cfhnOz":  # accepted by squeue, no effect
                 continue
             raise ValueError(k)
-        out = sorted(out, key=lambda j, fn=fn: fn(j, now), reverse=rev)
+        def sort_key(j, fn=fn):
+            return fn(j, now)
+        out = sorted(out, key=sort_key, reverse=rev)
         if rev:
             # sorted(reverse=True) keeps ties in original order, as squeue's negated
             # comparator does; nothing more to do.
@@ -368,7 +372,7 @@ def _expand_arrays(jobs):
 
 
 def _expand_ints(s):
-    out = []
+    out: list[int] = []
     for part in s.split(","):
         step = 1
         if ":" in part:

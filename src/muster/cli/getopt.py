@@ -36,6 +36,10 @@ from __future__ import annotations
 
 from _collections_abc import Callable, Iterable, Sequence
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs CLI start-up time
+if TYPE_CHECKING:  # annotations only
+    from typing import Any
+
 __all__ = [
     "NO_ARG",
     "REQUIRED",
@@ -105,9 +109,9 @@ class OptSpec:
         long: str | Sequence[str] | None,
         arg: int = NO_ARG,
         dest: str | None = None,
-        convert: Callable[[str], object] | None = None,
+        convert: Callable[[str], Any] | None = None,
         action: str | None = None,
-        const: object = True,
+        const: Any = True,
     ):
         if short is not None and len(short) != 1:
             raise ValueError(f"short option must be one character: {short!r}")
@@ -128,7 +132,7 @@ class OptSpec:
         self.short = short
         self.longs = longs
         self.arg = arg
-        self.dest = dest or (longs[0].replace("-", "_") if longs else short)
+        self.dest: str = dest or (longs[0].replace("-", "_") if longs else str(short))
         self.convert = convert
         self.action = action
         self.const = const
@@ -239,6 +243,7 @@ class GetoptParser:
                 break
             if a.startswith("--"):
                 body = a[2:]
+                value: str | None
                 if "=" in body:
                     name, value = body.split("=", 1)
                     has_value = True
@@ -260,15 +265,16 @@ class GetoptParser:
                 while j < len(a):
                     ch = a[j]
                     j += 1
-                    spec = self._short.get(ch)
-                    if spec is None:
+                    got = self._short.get(ch)
+                    if got is None:
                         raise self.error(f"invalid option -- '{ch}'")
+                    spec = got
                     if spec.arg == NO_ARG:
                         occ.append(Occurrence(spec, None, "-" + ch))
                         continue
                     rest = a[j:]
                     if rest:
-                        value: str | None = rest
+                        value = rest
                     elif spec.arg == OPTIONAL:
                         value = None
                     else:
@@ -288,19 +294,19 @@ class GetoptParser:
         return occ, operands
 
     def parse_into(
-        self, argv: Sequence[str], values: dict[str, object] | None = None
-    ) -> tuple[dict[str, object], list[str]]:
+        self, argv: Sequence[str], values: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], list[str]]:
         """Parse and apply each option's action; returns ``(values, operands)``.
 
         Converter exceptions propagate unchanged (the caller knows how to word them).
         """
         occ, operands = self.parse(argv)
-        out: dict[str, object] = {} if values is None else values
+        out: dict[str, Any] = {} if values is None else values
         apply_occurrences(occ, out)
         return out, operands
 
 
-def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, object]) -> dict[str, object]:
+def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, Any]) -> dict[str, Any]:
     """Apply the actions of parsed options to ``out`` (dest → value)."""
     for o in occ:
         spec = o.spec
@@ -310,7 +316,7 @@ def apply_occurrences(occ: Iterable[Occurrence], out: dict[str, object]) -> dict
         if spec.action == "store_const" and o.value is None:
             out[spec.dest] = spec.const
             continue
-        value: object = o.value
+        value: Any = o.value
         if value is None and spec.arg == OPTIONAL:
             value = spec.const
         elif spec.convert is not None:

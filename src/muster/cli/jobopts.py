@@ -50,7 +50,6 @@ from muster.cli.getopt import (
     GetoptParser,
     Occurrence,
     OptSpec,
-    UsageError,
 )
 from muster.common.errors import InputError
 
@@ -137,7 +136,7 @@ class SbatchInvocation:
         return f"SbatchInvocation(request={self.request!r})"
 
 
-def _empty_request() -> dict[str, object]:
+def _empty_request() -> dict:
     return {
         # records.md "Submit request" table
         "name": None,
@@ -341,74 +340,24 @@ def _h_mem(field: str) -> Handler:
     return h
 
 
-def _tres_count(s: str) -> int | None:
-    """Count with k/m suffix, or None when ``s`` is not a count."""
-    if not s or not s[0].isdigit():
-        return None
-    try:
-        return _count(s)
-    except (InputError, ValueError):
-        return None
-
-
 def parse_gres(value: str) -> list[dict[str, object]]:
-    """``name[:type][:count][,...]`` → ``[{"name", "type", "count"}]``; ``none`` → ``[]``.
-
-    A non-numeric single qualifier (``gpu:abc``) is a type with count 1 (as Slurm reads it; the
-    controller then refuses the unknown type).  Raises ``CliExit`` on an empty element or a
-    non-numeric count after a type.
-    """
-    s = value.strip()
-    if s.lower() == "none":
-        return []
-    bad = _err("Invalid generic resource (gres) specification", SCRIPT_ERROR_EXIT)
-    out: list[dict[str, object]] = []
-    for item in s.split(","):
-        item = item.strip()
-        if item.startswith("gres/"):
-            item = item[5:]
-        if item.startswith("gres:"):
-            item = item[5:]
-        parts = item.split(":")
-        name = parts[0]
-        if not name or len(parts) > 3 or any(p == "" for p in parts):
-            raise bad
-        gtype: str | None = None
-        count = 1
-        if len(parts) == 2:
-            c = _tres_count(parts[1])
-            if c is None:
-                gtype = parts[1]
-            else:
-                count = c
-        elif len(parts) == 3:
-            gtype = parts[1]
-            c = _tres_count(parts[2])
-            if c is None:
-                raise bad
-            count = c
-        out.append({"name": name, "type": gtype, "count": count})
-    return out
+    """``--gres``: muster.common.gresspec.parse_gres; a malformed spec is a CliExit with
+    sbatch's message and exit code."""
+    from muster.common.gresspec import GresSpecError
+    from muster.common.gresspec import parse_gres as parse
+    try:
+        return parse(value)
+    except GresSpecError:
+        raise _err("Invalid generic resource (gres) specification", SCRIPT_ERROR_EXIT) from None
 
 
 def _typed_count(value: str | None, opt: str) -> dict[str, object]:
-    """``[type:]N`` (also ``gpu:type:N``) → ``{"type", "count"}``."""
-    s = (value or "").strip()
-    bad = _err(f"Invalid {opt} specification")
-    parts = s.split(":")
-    if parts and parts[0] == "gpu" and len(parts) > 1:
-        parts = parts[1:]
-    if not s or len(parts) > 2 or any(p == "" for p in parts):
-        raise bad
-    if len(parts) == 1:
-        c = _tres_count(parts[0])
-        if c is None:
-            return {"type": parts[0], "count": 1}
-        return {"type": None, "count": c}
-    c = _tres_count(parts[1])
-    if c is None:
-        raise bad
-    return {"type": parts[0], "count": c}
+    """``[type:]N`` (also ``gpu:type:N``) → ``{"type", "count"}`` (gresspec.parse_typed_count)."""
+    from muster.common.gresspec import GresSpecError, parse_typed_count
+    try:
+        return parse_typed_count(value or "")
+    except GresSpecError:
+        raise _err(f"Invalid {opt} specification") from None
 
 
 def _h_gres(b: _Build, v: str | None, name: str) -> None:
@@ -1086,7 +1035,7 @@ def _read_stdin(reader: object) -> bytes:
     if hasattr(reader, "read"):
         data = reader.read(SCRIPT_MAX_BYTES + 1)
     else:
-        data = reader(SCRIPT_MAX_BYTES + 1)
+        data = reader(SCRIPT_MAX_BYTES + 1)  # type: ignore[operator]  # a read(n) function
     if data is None:
         return b""
     if isinstance(data, str):
@@ -1185,7 +1134,7 @@ def _apply(b: _Build, occ: list[Occurrence], src: str) -> None:
     b.src = src
     for o in occ:
         _HANDLERS[o.spec.dest](b, o.value, o.name)
-        b.used.append(o.spec.long or o.spec.short)
+        b.used.append(o.spec.long or o.spec.short or "")  # every option has one of them
 
 
 def step_env(req: dict) -> dict[str, str]:

@@ -364,7 +364,8 @@ def _start_restd(state: str, conf: str, logdir: str, record: dict, deadline: flo
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 break
         if not _alive(pid):
-            raise CliExit([f"muster: error: musterrestd exited during start-up; see {logdir}/musterrestd.*"], 1)
+            raise CliExit([f"muster: error: musterrestd exited during start-up;"
+                           f" see {logdir}/musterrestd.*"], 1)
         if time.time() > deadline:
             raise CliExit(["muster: error: musterrestd did not start in time"], 1)
         time.sleep(0.05)
@@ -468,7 +469,7 @@ def cmd_status(args) -> int:
     conf = rec.get("config")
     info = _ping(conf) if conf else None
     nodes = []
-    if info is not None:
+    if info is not None and conf:
         from muster.cli import client
         os.environ["MUSTER_CONF"] = conf
         nodes = client.call({"op": "nodes"})["nodes"]
@@ -487,11 +488,11 @@ def cmd_status(args) -> int:
             api = None
     for n, pid in (rec.get("agents") or {}).items():
         daemons.append({"name": f"musterd {n}", "node": n, "pid": pid, "running": _alive(pid)})
-    out = {"state_dir": state, "config": conf, "controller_responding": info is not None,
-           "cluster": info and info.get("cluster"), "daemons": daemons, "api": api,
-           "nodes": [{"name": n["name"], "addr": n["addr"], "state": n["state"],
-                      "flags": n["flags"], "cpus": n["cpus"], "gpus": n["gpus_total"]}
-                     for n in nodes]}
+    out: dict = {"state_dir": state, "config": conf, "controller_responding": info is not None,
+                 "cluster": info and info.get("cluster"), "daemons": daemons, "api": api,
+                 "nodes": [{"name": n["name"], "addr": n["addr"], "state": n["state"],
+                            "flags": n["flags"], "cpus": n["cpus"], "gpus": n["gpus_total"]}
+                           for n in nodes]}
     if args.json:
         print(json.dumps(out, indent=2))
         return 0 if rec else 1

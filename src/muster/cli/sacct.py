@@ -12,7 +12,8 @@ from muster.cli.getopt import REQUIRED, CliExit, GetoptParser, OptSpec
 PARSER = GetoptParser("sacct", [
     OptSpec("a", ("allusers", "all-users")), OptSpec("A", ("accounts", "account"), REQUIRED),
     OptSpec("b", "brief"), OptSpec("D", "duplicates"), OptSpec("E", ("endtime", "end"), REQUIRED),
-    OptSpec("e", "helpformat"), OptSpec("h", "help"), OptSpec("j", ("jobs", "job"), REQUIRED, action="append"),
+    OptSpec("e", "helpformat"), OptSpec("h", "help"),
+    OptSpec("j", ("jobs", "job"), REQUIRED, action="append"),
     OptSpec("l", "long"), OptSpec("n", "noheader"), OptSpec("N", "nodelist", REQUIRED),
     OptSpec("o", "format", REQUIRED), OptSpec("p", "parsable"), OptSpec("P", "parsable2"),
     OptSpec("r", "partition", REQUIRED), OptSpec("s", "state", REQUIRED),
@@ -115,7 +116,8 @@ def _main() -> int:
     if opts.get("long") and not opts.get("format"):
         fmt = fmt_sacct.LONG_FIELDS
     if opts.get("brief"):
-        fmt = ",".join(fmt_sacct.BRIEF_FIELDS) if hasattr(fmt_sacct, "BRIEF_FIELDS") else "JobID,State,ExitCode"
+        fmt = (",".join(fmt_sacct.BRIEF_FIELDS) if hasattr(fmt_sacct, "BRIEF_FIELDS")
+               else "JobID,State,ExitCode")
     fields = None
     if fmt:
         try:
@@ -161,8 +163,8 @@ def _main() -> int:
             want.add(_STATE_ALIASES.get(s, s))
         jobs = [j for j in jobs if j["state"] in want]
     if opts.get("name"):
-        names = set(opts["name"].split(","))
-        jobs = [j for j in jobs if j["name"] in names]
+        want_names = set(opts["name"].split(","))
+        jobs = [j for j in jobs if j["name"] in want_names]
     if opts.get("partition"):
         ps = set(opts["partition"].split(","))
         jobs = [j for j in jobs if set(j["partition"].split(",")) & ps]
@@ -172,7 +174,7 @@ def _main() -> int:
     if selectors:
         jobs = _select(jobs, selectors)
     if opts.get("json") or opts.get("yaml"):
-        from muster.cli import fmt_json
+        from muster.common import fmt_json
         doc = fmt_json.sacct_json(jobs, reply["now"], cluster=reply.get("cluster", ""),
                                   command=["sacct", *sys.argv[1:]])
         sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))

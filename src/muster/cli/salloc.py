@@ -43,7 +43,7 @@ def allocation_env(job: dict, base: dict, conf: str | None) -> dict:
         s["SLURM_NTASKS"] = s["SLURM_NPROCS"] = str(job["num_tasks"])
     if job.get("ntasks_per_node"):
         s["SLURM_NTASKS_PER_NODE"] = str(job["ntasks_per_node"])
-    if job.get("cpus_per_task") and job.get("cpus_per_task") > 1:
+    if (job.get("cpus_per_task") or 0) > 1:
         s["SLURM_CPUS_PER_TASK"] = str(job["cpus_per_task"])
     if job.get("gpus_per_node"):
         s["SLURM_GPUS_PER_NODE"] = str(job["gpus_per_node"])

@@ -34,7 +34,7 @@ def parse_signal(s: str) -> int:
     else:
         name = t if t.startswith("SIG") else "SIG" + t
         num = getattr(sigmod, name, None)
-        if isinstance(num, int) or hasattr(num, "value"):
+        if num is not None and (isinstance(num, int) or hasattr(num, "value")):
             return int(num)
     raise CliExit([f"scancel: error: Invalid job signal: {s}"], 1)
 
@@ -73,7 +73,7 @@ def parse_ids(operands: list[str]) -> tuple[list[dict], list[dict]]:
 
 
 def _filters(opts: dict, env) -> dict:
-    filters = {}
+    filters: dict = {}
     user = opts.get("user") or env.get("SCANCEL_USER")
     if opts.get("me"):
         filters["uid"] = os.getuid()
@@ -107,7 +107,7 @@ def _cancel_steps(steps: list[dict], sig: int | None, filters: dict, verbose, qu
     to its job). Messages and exit codes as Slurm's scancel (controller.stepkill): a job it
     cannot find is its own check (exit 1, silent with ``-Q``); the controller's refusals
     exit with Slurm's error number; a step already ending counts only for a signal."""
-    msg = {"op": "cancel", "signal": sig, "steps": steps}
+    msg: dict = {"op": "cancel", "signal": sig, "steps": steps}
     if filters:
         msg["filters"] = filters
     reply = call(msg)
@@ -132,7 +132,7 @@ def _cancel_steps(steps: list[dict], sig: int | None, filters: dict, verbose, qu
 def _cancel_jobs(jobs: list[dict], sig: int | None, filters: dict, opts: dict, env) -> int:
     scope = "full" if opts.get("full") or env.get("SCANCEL_FULL") else (
         "batch" if opts.get("batch") or env.get("SCANCEL_BATCH") else None)
-    msg = {"op": "cancel", "signal": sig, "scope": scope}
+    msg: dict = {"op": "cancel", "signal": sig, "scope": scope}
     if jobs:
         msg["jobs"] = jobs
     if filters:

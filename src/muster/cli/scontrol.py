@@ -62,7 +62,7 @@ def _action(op: str, refs: list[dict], extra: dict | None = None, verb: str = ""
 
 
 def _structured(opts: dict, doc: dict) -> int:
-    from muster.cli import fmt_json
+    from muster.common import fmt_json
     sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
     return 0
 
@@ -73,7 +73,7 @@ def show(what: str, arg: str | None, opts: dict) -> int:
     w = what.lower()
     if w in ("job", "jobs", "jobid"):
         from muster.common.errors import InvalidJobId
-        msg = {"op": "jobs"}
+        msg: dict = {"op": "jobs"}
         if arg:
             jid = arg.split("_")[0].split(".")[0]
             if not jid.isdigit():
@@ -95,7 +95,7 @@ def show(what: str, arg: str | None, opts: dict) -> int:
             return 0
         jobs.sort(key=lambda j: j["job_id"])
         if opts.get("json") or opts.get("yaml"):
-            from muster.cli import fmt_json
+            from muster.common import fmt_json
             return _structured(opts, fmt_json.squeue_json(jobs, reply["now"]))
         sys.stdout.write("".join(fmt_scontrol.show_job(j, reply["now"], one_liner=one,
                                                        details=bool(opts.get("details")))
@@ -112,7 +112,7 @@ def show(what: str, arg: str | None, opts: dict) -> int:
                 print(f"Node {arg} not found")
                 return 1
         if opts.get("json") or opts.get("yaml"):
-            from muster.cli import fmt_json
+            from muster.common import fmt_json
             return _structured(opts, fmt_json.nodes_json(nodes, reply["now"]))
         sys.stdout.write("".join(fmt_scontrol.show_node(n, reply["now"], one_liner=one)
                                  + ("" if one else "\n") for n in nodes))
@@ -125,7 +125,7 @@ def show(what: str, arg: str | None, opts: dict) -> int:
                 print(f"Partition {arg} not found")
                 return 1
         if opts.get("json") or opts.get("yaml"):
-            from muster.cli import fmt_json
+            from muster.common import fmt_json
             return _structured(opts, fmt_json.partitions_json(parts, 0))
         sys.stdout.write("".join(fmt_scontrol.show_partition(p, one_liner=one)
                                  + ("" if one else "\n") for p in parts))
@@ -508,7 +508,7 @@ def _main() -> int:
             print("Slurmctld(primary) at localhost is DOWN")
             return 1
     if cmd == "token":
-        msg = {"op": "token"}
+        msg: dict = {"op": "token"}
         for tok in rest:
             k, _, v = tok.partition("=")
             if k.lower() == "lifespan" and v.isdigit():

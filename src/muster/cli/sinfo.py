@@ -50,13 +50,14 @@ def _main() -> int:
         if opts.get("dead"):
             nodes = [n for n in nodes if "NOT_RESPONDING" in n["flags"] or n["state"] == "DOWN"]
         if opts.get("json") or opts.get("yaml"):
-            from muster.cli import fmt_json
+            from muster.common import fmt_json
             doc = fmt_json.sinfo_json(parts, nodes, reply["now"], command=["sinfo", *sys.argv[1:]])
             sys.stdout.write(fmt_json.dumps(doc) if opts.get("json") else fmt_json.to_yaml(doc))
             return 0
         try:
             out = fmt_sinfo.render(
-                parts, nodes, fmt=opts.get("format") or (None if opts.get("Format") else env.get("SINFO_FORMAT")),
+                parts, nodes,
+                fmt=opts.get("format") or (None if opts.get("Format") else env.get("SINFO_FORMAT")),
                 fmt_long=opts.get("Format"), node_oriented=bool(opts.get("Node")),
                 long=bool(opts.get("long")), summarize=bool(opts.get("summarize")),
                 reasons=bool(opts.get("list_reasons")), noheader=bool(opts.get("noheader")),

@@ -118,9 +118,9 @@ def _main() -> int:
     fields, tail = parse_format(fmt)
     titles = [CODES.get(f.code, ("", None, False))[0] for f in fields]
     if opts.get("weights"):
-        rows = [[weight_value(f.code, weights) for f in fields]]
+        wrow = [weight_value(f.code, weights) for f in fields]
         sys.stdout.write("".join(line + "\n" for line in render_table(
-            fields, tail, titles, rows, show_header=not opts.get("noheader"))))
+            fields, tail, titles, [wrow], show_header=not opts.get("noheader"))))
         return 0
     rows = reply["rows"]
     if opts.get("jobs"):

@@ -7,7 +7,7 @@ import sys
 import time
 
 from muster.cli.client import call, run_main
-from muster.cli.getopt import NO_ARG, OPTIONAL, REQUIRED, CliExit, GetoptParser, OptSpec
+from muster.cli.getopt import OPTIONAL, REQUIRED, CliExit, GetoptParser, OptSpec
 
 # what the built-in formats (default, -l, --start) and the default sort read
 LIGHT_FIELDS = ["job_id", "array_job_id", "array_task_id", "array_task_str", "array_max_tasks",
@@ -139,7 +139,7 @@ def _main() -> int:
         msg["rows"] = True
     elif not structured and not (opts.get("Format") or env.get("SQUEUE_FORMAT2") or
                                  opts.get("sort") or env.get("SQUEUE_SORT")):
-        wanted = fields_for_format(opts.get("format") or env.get("SQUEUE_FORMAT"))
+        wanted = fields_for_format(opts.get("format") or env.get("SQUEUE_FORMAT") or "")
         if wanted is not None:
             msg["fields"] = wanted
             msg["rows"] = True
@@ -187,7 +187,7 @@ def _main() -> int:
             from muster.common.hostlist import expand as ex
             jobs = [j for j in jobs if j.get("node_list") and want & set(ex(j["node_list"]))]
         if structured:
-            from muster.cli import fmt_json
+            from muster.common import fmt_json
             if opts.get("json"):
                 doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]],
                                            lazy=True)
@@ -221,8 +221,8 @@ def _steps(opts: dict) -> int:
     ``job[.step]`` list, -j, -u/--me and -p; -o/-h as for jobs."""
     from muster.cli import fmt_squeue
     from muster.cli.fmt_scontrol import step_id_str
-    steps = call({"op": "steps"})
-    now, steps = steps["now"], steps["steps"]
+    reply = call({"op": "steps"})
+    now, steps = reply["now"], reply["steps"]
     want = set(_split(opts["steps"])) if isinstance(opts["steps"], str) else set()
     if want:
         steps = [s for s in steps if step_id_str(s) in want or str(s["job_id"]) in want

@@ -41,6 +41,12 @@ from muster.cli.getopt import NO_ARG, OPTIONAL, REQUIRED, CliExit, GetoptParser,
 from muster.common import iostream as io
 from muster.common.linkauth import HANDSHAKE_TIMEOUT, LinkAuthError, Responder
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from muster.common.linkauth import Sealer
+
 PROG = "srun"
 
 # srun-specific options; the job-request options come from sbatch's table (jobopts)
@@ -110,6 +116,7 @@ class Invocation:
         self.req: dict = {}
         self.srun: dict = {}
         self.argv: list[str] = []
+        self.flags: dict = {}  # help, version, verbose, quiet
 
 
 def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocation:
@@ -230,6 +237,9 @@ class _Peer:
     checks every frame it sends. ``out``: sealed bytes the socket has not taken yet."""
 
     __slots__ = ("sock", "dec", "hs", "node", "sealer", "out", "deadline")
+    hs: Responder | None
+    node: str | None
+    sealer: Sealer | None
 
     def __init__(self, sock: socket.socket, deadline: float):
         self.sock, self.deadline = sock, deadline
@@ -267,7 +277,8 @@ class StepIO:
         self.width = len(str(max(0, ntasks - 1)))
         self.unbuffered = unbuffered
         self.key: bytes | None = None       # K; no hello is answered before the step exists
-        self.job_id = self.step_id = None
+        self.job_id: int | None = None
+        self.step_id: int | None = None
         self.layout: dict[str, list[int]] = {}
         self.expected_nodes: set[str] = set()
         self.peers: dict[socket.socket, _Peer] = {}
@@ -283,7 +294,7 @@ class StepIO:
         self.pending_stdin: list[tuple[int, int, bytes]] = []
         self.pending_bytes = 0
         self.stdin_paused = False
-        self.on_exit = None
+        self.on_exit: Callable[[int, dict], None] | None = None
 
     def set_step(self, job_id: int, reply: dict) -> None:
         """The controller's answer to step_create: the key and who may connect."""
@@ -348,12 +359,15 @@ class StepIO:
                 self._read_stdin()
             elif kind == "wake":
                 self._drain_wake()
-            elif self.peers.get(peer.sock) is peer:  # not closed earlier in this round
+            elif peer is not None and self._open(peer):  # not closed earlier in this round
                 if mask & selectors.EVENT_WRITE:
                     self._flush(peer)
-                if mask & selectors.EVENT_READ and self.peers.get(peer.sock) is peer:
+                if mask & selectors.EVENT_READ and self._open(peer):
                     self._read(peer)
         self._expire()
+
+    def _open(self, peer: _Peer) -> bool:
+        return self.peers.get(peer.sock) is peer
 
     # connections ------------------------------------------------------------------------------
     def _accept(self) -> None:
@@ -460,6 +474,7 @@ class StepIO:
 
     def _frame(self, peer: _Peer, kind: int, task: int, payload: bytes) -> bool:
         """One authenticated frame; False: not one a step daemon sends for its own tasks."""
+        assert peer.node is not None  # frames are read only once the handshake is done
         if kind == io.DONE:
             self.done_nodes.add(peer.node)
             return True
@@ -494,6 +509,7 @@ class StepIO:
             self.suspect.add(peer.node)
 
     def _send(self, peer: _Peer, kind: int, task: int, payload: bytes = b"") -> None:
+        assert peer.sealer is not None  # set with the handshake, before anything is sent
         self._queue(peer, io.seal(peer.sealer, kind, task, payload))
 
     def _queue(self, peer: _Peer, data: bytes) -> None:
@@ -537,6 +553,7 @@ class StepIO:
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
 
     def _drain_wake(self) -> None:
+        assert self.wake_r is not None  # registered only once the pipe exists
         try:
             os.read(self.wake_r, 4096)
         except OSError:
@@ -551,7 +568,7 @@ class StepIO:
     # stdin ------------------------------------------------------------------------------------
     stdin_all = False
     stdin_file = False
-    stdin_fd = None
+    stdin_fd: int | None = None
 
     def attach_stdin(self, target: str) -> None:
         self.stdin_targets = []
@@ -587,10 +604,12 @@ class StepIO:
 
     def _resume_stdin(self) -> None:
         if self.stdin_paused and not self._stdin_backlogged():
+            assert self.stdin_fd is not None  # paused only once attached
             self.stdin_paused = False
             self.sel.register(self.stdin_fd, selectors.EVENT_READ, ("stdin", None))
 
     def _read_stdin(self) -> None:
+        assert self.stdin_fd is not None  # called only once attached
         if self._stdin_backlogged():
             if not self.stdin_file:
                 self.stdin_paused = True
@@ -668,7 +687,7 @@ def _open_mode(value) -> str | None:
     return "append" if v in ("a", "append") else ("truncate" if v in ("t", "truncate") else None)
 
 
-def _step_request(inv: Invocation, env: dict, inside: bool) -> dict:
+def _step_request(inv: Invocation, env: Mapping[str, str], inside: bool) -> dict:
     r, s = inv.req, inv.srun
     gpn = None
     for g in r.get("gres") or []:
@@ -721,7 +740,7 @@ def _terminal_size(fd: int) -> tuple[int, int] | None:
     try:
         rows, cols, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8)))
     except OSError as exc:
-        sys.stderr.write(f"srun: error: ioctl(TIOCGWINSZ): {os.strerror(exc.errno)}\n")
+        sys.stderr.write(f"srun: error: ioctl(TIOCGWINSZ): {os.strerror(exc.errno or 0)}\n")
         return None
     return rows, cols
 
@@ -733,7 +752,7 @@ class _Terminal:
     their lines. ``active``: the one in raw mode, which _main's ``finally`` restores however
     the step ends (an exception, a broken pipe)."""
 
-    active: "_Terminal | None" = None
+    active: _Terminal | None = None
 
     def __init__(self, fd: int):
         import termios
@@ -776,7 +795,7 @@ def _setup_pty(step: dict, step_env: dict):
         term = _Terminal(0) if size else None
     except termios.error:
         term = None
-    if term is None:
+    if term is None or size is None:  # (no size: no terminal)
         sys.stderr.write("srun: error: Not using a pseudo-terminal, disregarding --pty option\n")
         return None, None
     step.update(pty=True, stdin_target=0, output=None, error=None, input=None)
@@ -804,12 +823,13 @@ def _main() -> int:
     if not inv.argv:
         raise _err("No command given to execute.")
     quiet = bool(inv.flags.get("quiet"))
-    job_id = inv.srun.get("jobid") or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
-    inside = job_id is not None
+    given = inv.srun.get("jobid") or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
+    inside = given is not None
+    job_id = 0  # the allocation's id: given (inside one), else allocated below
     if inside:
-        jid = str(job_id).split("_")[0].split(".")[0]
+        jid = str(given).split("_")[0].split(".")[0]
         if not jid.isdigit():
-            raise _err(f"Invalid job id specified: {job_id}")
+            raise _err(f"Invalid job id specified: {given}")
         job_id = int(jid)
     step_env = {k: v for k, v in env.items()}
     # --export, else SRUN_EXPORT_ENV, else SLURM_EXPORT_ENV (set in a batch job by sbatch's
@@ -886,7 +906,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     stdin_target = step["stdin_target"]
     # strip the allocation's per-step variables from what the tasks inherit. PyTorch's
     # (MASTER_ADDR, RANK...) are sent as they are: the controller keeps the user's and
-    # replaces only those an outer step of Muster set (controller.jobenv.user_env_for_step)
+    # replaces only those an outer step of Muster set (common.torchenv.user_env_for_step)
     for k in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID",
               "SLURM_TASK_PID", "SLURM_GTIDS", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
               "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"):
@@ -931,10 +951,10 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
 
     def handler(signum, frame):
         pending_signals.append(signum)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
-                signal.SIGQUIT):
-        signal.signal(sig, handler)
-    if term is not None:
+    for trapped in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2,
+                    signal.SIGQUIT):
+        signal.signal(trapped, handler)
+    if term is not None and size is not None:  # (a terminal always has a size)
         sio.winsize = io.winsize(*size)
         signal.signal(signal.SIGWINCH, handler)
         sio.wake_on_signals()

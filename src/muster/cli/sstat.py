@@ -193,7 +193,8 @@ def _main() -> int:
     if not items:
         raise CliExit(["sstat: error: You didn't give me any jobs to stat."], 1)
     reply = call({"op": "sstat", "steps": items, "all_steps": bool(opts.get("allsteps"))})
-    rows, errors = [], []
+    rows: list[dict] = []
+    errors: list[str] = []
     for item, res in zip(items, reply.get("results") or []):
         res.setdefault("task", item.get("task"))
         rows.extend(res.get("rows") or [])

@@ -54,10 +54,12 @@ class CpuBind:
 def parse(spec: str) -> CpuBind:
     """``[quiet|verbose,]TYPE`` → CpuBind; ValueError with Slurm's message when invalid.
     A list continues over commas (``map_cpu:0,2,4``); the last type given wins."""
-    kind, values, verbose = None, [], False
+    kind: str | None = None
+    values: list[int] = []
+    verbose = False
     for tok in str(spec).split(","):
         word = tok.strip().lower()
-        if kind in _LISTED and _is_value(kind, word):
+        if kind is not None and kind in _LISTED and _is_value(kind, word):
             values.extend(_values(kind, word))
             continue
         name, colon, rest = word.partition(":")

@@ -107,6 +107,8 @@ class ConfigError(MusterError):
 class RequestError(MusterError):
     """The controller refused a request; ``code`` says why."""
 
+    detail: str | None = None  # an extra line for the client (sbatch prints it), when set
+
 
 class InvalidJobId(RequestError):
     code = "invalid_job_id"

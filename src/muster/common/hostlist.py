@@ -232,6 +232,7 @@ def _build_ranges(hosts: Iterable[str]) -> list[_Range]:
             num is not None
             and last is not None
             and last.lo is not None
+            and last.hi is not None  # lo and hi are None together
             and last.prefix == prefix
             and num == last.hi + 1
         ):
@@ -286,7 +287,8 @@ def _cmp_ranges(a: _Range, b: _Range) -> int:
     if _width_merge(a.lo, a.width, b.lo, b.width) is not None:
         if a.lo != b.lo:
             return -1 if a.lo < b.lo else 1
-        return (a.hi > b.hi) - (a.hi < b.hi)
+        ahi, bhi = a.hi or 0, b.hi or 0  # not None: lo and hi are None together
+        return (ahi > bhi) - (ahi < bhi)
     return -1 if a.width < b.width else 1
 
 
@@ -305,6 +307,7 @@ def compress_sorted(hosts: Iterable[str]) -> str:
             last is not None
             and r.lo is not None
             and last.lo is not None
+            and last.hi is not None
             and last.prefix == r.prefix
             and r.lo == last.hi + 1
         ):

@@ -38,7 +38,11 @@ from _operator import _compare_digest as compare_digest  # what hmac.compare_dig
 try:  # the builtin SHA-256 (hashlib would load OpenSSL: ~3 ms on every srun's start-up)
     from _sha256 import sha256 as _sha256
 except ImportError:  # Python 3.12+
-    from _sha2 import sha256 as _sha256  # type: ignore[no-redef]
+    from _sha2 import sha256 as _sha256
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs CLI start-up time
+if TYPE_CHECKING:
+    from typing import TypeGuard
 
 TAG_BYTES = 32  # HMAC-SHA256, untruncated
 NONCE_HEX = 32  # 128-bit nonces, hex
@@ -70,7 +74,7 @@ class Hmac256:
         key = key.ljust(64, b"\0")
         self._inner, self._outer = _sha256(key.translate(_IPAD)), _sha256(key.translate(_OPAD))
 
-    def digest(self, *parts: bytes) -> bytes:
+    def digest(self, *parts: bytes | memoryview) -> bytes:
         inner = self._inner.copy()
         for p in parts:
             inner.update(p)
@@ -99,7 +103,7 @@ def choose_key(keys: list[bytes], offered: object) -> bytes | None:
     return None
 
 
-def valid_nonce(n: object) -> bool:
+def valid_nonce(n: object) -> TypeGuard[str]:
     return isinstance(n, str) and len(n) == NONCE_HEX and all(c in "0123456789abcdef" for c in n)
 
 
@@ -141,7 +145,7 @@ class Sealer:
     def __init__(self, session: bytes, direction: bytes):
         self._mac, self._dir, self.seq = Hmac256(session), direction, 0
 
-    def tag(self, body: bytes) -> bytes:
+    def tag(self, body: bytes | memoryview) -> bytes:
         t = self._mac.digest(self._dir, self.seq.to_bytes(8, "big"), body)
         self.seq += 1
         return t
@@ -256,7 +260,8 @@ class Responder:
                 hello.get("v") != PROTOCOL:
             raise LinkAuthError("expected a link handshake (hello)")
         role, nonce_i = hello.get("role"), hello.get("nonce")
-        if role not in self.roles or not valid_nonce(nonce_i) or nonce_i == self.nonce:
+        if (not isinstance(role, str) or role not in self.roles or not valid_nonce(nonce_i)
+                or nonce_i == self.nonce):
             raise LinkAuthError("malformed hello")
         key = choose_key(self.keys, hello.get("keys"))
         if key is None:
@@ -267,8 +272,8 @@ class Responder:
 
     def verify(self, auth: object) -> dict:
         """The initiator's claims once its proof checks out; LinkAuthError otherwise."""
-        if self.key is None:
-            raise LinkAuthError("no hello")
+        if self.key is None or self.role is None or self._nonce_i is None:
+            raise LinkAuthError("no hello")  # challenge() sets all three together
         if not isinstance(auth, dict) or auth.get("op") != "auth":
             raise LinkAuthError("expected the initiator's proof")
         claims = auth.get("claims")
@@ -283,7 +288,7 @@ class Responder:
         return claims
 
     def pair(self) -> tuple[Sealer, Opener]:
-        assert self.key is not None and self.role is not None
+        assert self.key is not None and self.role is not None and self._nonce_i is not None
         return pair(session_key(self.key, self.role, self._nonce_i, self.nonce), initiator=False)
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import _json
 
-_encoder = _json.make_encoder(None, None, _json.encode_basestring, None, ":", ",", False, False, True)
+# the stubs type these C entry points by json's own classes; the arguments are theirs
+_encoder = _json.make_encoder(None, None, _json.encode_basestring, None,  # type: ignore[arg-type]
+                              ":", ",", False, False, True)
 
 
 def _constant(name: str):
@@ -27,7 +29,7 @@ class _Context:
     memo: dict = {}
 
 
-_scan = _json.make_scanner(_Context())
+_scan = _json.make_scanner(_Context())  # type: ignore[arg-type]  # a JSONDecoder's attributes
 
 
 def dumps(obj) -> str:

@@ -15,14 +15,13 @@ def raise_fd_limit() -> None:
             pass
 
 
-def daemon_start(prog: str, conf: str | None, logfile: str | None, verbose: int) -> str | None:
-    """What both daemons do first: find the config (``-f`` or as the commands find it), raise
+def daemon_start(prog: str, path: str | None, logfile: str | None, verbose: int) -> str | None:
+    """What both daemons do first: check they have a config (``path``: ``-f``, else what
+    muster.config.locate found; the caller locates it, common may not import config), raise
     the fd limit, set up logging. Returns the config path, or None after printing why not."""
     import logging
     import sys
 
-    from muster.config.locate import find_config_path
-    path = conf or find_config_path()
     if not path:
         print(f"{prog}: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
         return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, fields
+from typing import Any
 
 from muster.common.errors import ConfigError
 
@@ -145,7 +146,7 @@ def _pairs(line: str) -> list[tuple[str, str]]:
 
 def parse_cgroup_conf(text: str, path: str = FILENAME) -> CgroupConf:
     """Parse cgroup.conf *text*; *path* names the file in error messages."""
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # checked per key by _convert
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0]
         try:

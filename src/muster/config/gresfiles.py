@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Callable, NamedTuple
+from typing import NamedTuple
+from collections.abc import Callable
 
 from muster.common.errors import ConfigError
 
@@ -36,7 +37,7 @@ _AUTODETECT_NVML = ("nvml", "nvidia")
 class GpuDevice(NamedTuple):
     """One GPU: its gres index, device file and the numbers a device cgroup filters on."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # a NamedTuple field may shadow tuple.index
     path: str
     type: str  # 'c': GPUs are character devices (a block device is refused)
     major: int

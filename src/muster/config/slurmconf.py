@@ -34,6 +34,10 @@ from muster.common import hostlist, timefmt, units
 from muster.common.errors import ConfigError, InputError
 from muster.config.locate import MARKER
 
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the CLI reads this module, keep typing out
+if TYPE_CHECKING:
+    from typing import Any
+
 __all__ = [
     "ACCEPTED_KEYS",
     "ClusterConfig",
@@ -658,13 +662,15 @@ def _read_records(path: str, cluster_name: list[str], depth: int = 0) -> list[_L
                 out.extend(_read_records(t, cluster_name, depth + 1))
             continue
         tokens = _tokenize(stripped, path, lineno)
+        pairs: list[tuple[str, str]] = []
         for k, v in tokens:
             if v is None:
                 raise _err(path, lineno, f"malformed token '{k}' (expected Key=Value)")
-        rec = _Line(path, lineno, tokens)  # type: ignore[arg-type]
+            pairs.append((k, v))
+        rec = _Line(path, lineno, pairs)
         out.append(rec)
         # Track ClusterName for %c in later Include lines.
-        for k, v in tokens:
+        for k, v in pairs:
             if k.lower() == "clustername":
                 cluster_name[:] = [v]
     return out
@@ -1311,7 +1317,7 @@ def load(path: str) -> ClusterConfig:
     warnings: list[str] = []
 
     raw: dict[str, str] = {}
-    gvals: dict[str, object] = {}
+    gvals: dict[str, Any] = {}  # attribute -> parsed value, of each key's own type
     ctld_hosts: list[tuple[str, str | None]] = []
     ctld_addr: str | None = None
     node_defaults: dict[str, _Val] = {}
@@ -1495,7 +1501,7 @@ def load(path: str) -> ClusterConfig:
         default_partition=default_partition,
         raw=raw,
         warnings=tuple(warnings),
-        **gvals,  # type: ignore[arg-type]
+        **gvals,
     )
 
 

@@ -12,10 +12,13 @@ before sacctmgr existed. Once accounts exist and ``AccountingStorageEnforce`` co
 ``associations`` (or ``limits``/``qos``/``safe``, which imply it), a user needs an
 association to submit; ``-A`` defaults to the user's default account.
 
-Usage: every scheduling pass calls :meth:`observe`; a job that held resources in the
-previous pass and no longer does is charged ``billing × seconds`` (TRESBillingWeights of
-its partition, QOS UsageFactor) to its (account, user). Usage decays lazily with
-PriorityDecayHalfLife: the stored value is decayed to ``now`` whenever it is read or charged.
+Usage is an event, never a side effect of a read: ``ClusterState.save`` tells
+:meth:`job_saved` of every change of a job, and a job that stops holding its allocation is
+charged then, in the transaction of that change, ``billing × seconds`` (TRESBillingWeights of
+its partition, QOS UsageFactor) to its (account, user) in the pure
+:class:`~muster.core.ledger.UsageLedger`. Reading usage (snapshots, sprio, sshare) decays the
+ledger's entries to ``now`` without writing. The simulator, which has no ClusterState, calls
+:meth:`job_saved` at each arrival, start and end of its jobs, so both charge alike.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import grp
 
 from muster.common.errors import RequestError
 from muster.core import fairshare as fsmod
+from muster.core.ledger import Entry, UsageLedger
 from muster.core.snapshot import AssocView, QosView
 
 LIMIT_TRES = ("grp_tres", "max_tres_per_job", "max_tres_per_user")
@@ -74,7 +78,8 @@ def tres_str(d: dict | None) -> str:
         if k == "mem":
             return f"{v // 1024}G" if v and v % 1024 == 0 else f"{v}M"
         return str(v)
-    return ",".join(f"{k}={val(k, v)}" for k, v in sorted(d.items(), key=lambda kv: (order.get(kv[0], 9), kv[0])))
+    items = sorted(d.items(), key=lambda kv: (order.get(kv[0], 9), kv[0]))
+    return ",".join(f"{k}={val(k, v)}" for k, v in items)
 
 
 class Accounts:
@@ -87,12 +92,12 @@ class Accounts:
         self.accounts: dict[str, dict] = {}
         self.assocs: dict[tuple[str, str, str], dict] = {}  # (user, account, partition)
         self.qos: dict[str, dict] = {}
-        self.usage: dict[tuple[str, str], list] = {}  # (account, user) -> [usage, last_decay]
+        self.ledger = UsageLedger(self.half_life)  # (account, user) -> folded usage entry
         self.extra: dict[int, dict] = {}  # job id -> {"resv": name, "calc": priority}
         self.pending_extra: dict[int, tuple] = {}  # id(Job) -> (job, extra) until it has an id
         self.legacy = {"root", "default"}
         self.tracked: dict[int, tuple] = {}  # job id -> (run, start, tres, part, acct, user, qos)
-        # (account, user) of every job seen by observe: without sacctmgr associations these
+        # (account, user) of every job seen by job_saved: without sacctmgr associations these
         # are the implicit tree's users, whether or not they have usage yet
         self.known: set[tuple[str, str]] = set()
         self.generation = 0
@@ -113,8 +118,8 @@ class Accounts:
             self.assocs[(rec["user"], rec["account"], rec.get("partition") or "")] = rec
         for rec in st.load_qos():
             self.qos[rec["name"]] = rec
-        for k, (u, t) in st.load_usage().items():
-            self.usage[k] = [u, t]
+        self.ledger = UsageLedger(self.half_life, {
+            k: Entry(int(t), float(u)) for k, (u, t) in st.load_usage().items()})
         self.extra = st.load_job_extra()
         with st.transaction():
             if "root" not in self.accounts:
@@ -130,9 +135,12 @@ class Accounts:
                               "grace_time": 0, "usage_factor": 1.0})
 
     def track_loaded(self, jobs) -> None:
-        """Jobs running when the controller starts are charged when they end."""
+        """Jobs running when the controller starts are charged when they end; unfinished
+        jobs' (account, user) are known to the implicit tree from the start."""
         for j in jobs:
             self._track(j)
+            if j.state in ("PENDING", "RUNNING"):
+                self.known.add((j.account, j.user))
 
     # ---- persistence helpers -------------------------------------------------------------
     def put_account(self, rec: dict) -> None:
@@ -198,12 +206,14 @@ class Accounts:
         return self.assocs.get((user, account, partition)) or self.assocs.get((user, account, ""))
 
     def account_chain(self, account: str) -> list[dict]:
-        out, seen = [], set()
-        while account and account not in seen and account in self.accounts:
-            seen.add(account)
-            rec = self.accounts[account]
+        out: list[dict] = []
+        seen: set[str] = set()
+        acct: str | None = account
+        while acct and acct not in seen and acct in self.accounts:
+            seen.add(acct)
+            rec = self.accounts[acct]
             out.append(rec)
-            account = rec.get("parent") or ("root" if account != "root" else None)
+            acct = rec.get("parent") or ("root" if acct != "root" else None)
         return out
 
     def allowed_qos(self, user: str, account: str, partition: str) -> list[str]:
@@ -260,9 +270,10 @@ class Accounts:
         limits of core.limits.submit_check (EnforcePartLimits, MaxSubmitJobs*, DenyOnLimit)."""
         from muster.core.limits import MSG_GROUP, job_tres, submit_check
         from muster.core.placement import request_of
-        from muster.controller.scheduling import job_view, partition_views, sched_config
-        errors = []
-        group_names = None
+        from muster.controller.scheduling import job_view
+        from muster.core.confview import partition_views, sched_config
+        errors: list[RequestError | None] = []  # one per partition: why refused, or None
+        group_names: set[str] | None = None
         for p in parts:
             pc = cluster.partitions[p]
             if pc.allow_groups and "ALL" not in pc.allow_groups and ident.get("uid") != 0:
@@ -273,7 +284,8 @@ class Accounts:
                             group_names.add(grp.getgrgid(g).gr_name)
                         except (KeyError, TypeError):
                             pass
-                    group_names.add(ident.get("group"))
+                    if ident.get("group") is not None:
+                        group_names.add(ident["group"])
                 if not group_names & set(pc.allow_groups):
                     errors.append(RequestError(MSG_GROUP, "invalid_account"))
                     continue
@@ -286,7 +298,7 @@ class Accounts:
                 errors.append(RequestError(None, "invalid_qos"))
                 continue
             errors.append(None)
-        if errors and all(e is not None for e in errors):
+        if errors and errors[0] is not None and all(e is not None for e in errors):
             raise errors[0]
         epl = (getattr(cluster, "enforce_part_limits", "NO") or "NO").upper()
         if epl == "NO" and "limits" not in self.enforce:
@@ -377,14 +389,12 @@ class Accounts:
                 flags=frozenset(q.get("flags") or ()), preempt=frozenset(q.get("preempt") or ()),
                 preempt_mode=q.get("preempt_mode"), grace_time=int(q.get("grace_time") or 0),
                 preempt_exempt_time=q.get("preempt_exempt_time"),
-                usage_factor=float(q.get("usage_factor") if q.get("usage_factor") is not None else 1.0))
+                usage_factor=float(q["usage_factor"] if q.get("usage_factor") is not None else 1.0))
         return out
 
     def usage_at(self, key: tuple[str, str], t: int) -> float:
-        got = self.usage.get(key)
-        if not got:
-            return 0.0
-        return fsmod.decay(got[0], max(0, t - got[1]), self.half_life)
+        """Decayed usage at ``t``; a pure read of the ledger."""
+        return self.ledger.usage(key, t)
 
     @property
     def half_life(self) -> int:
@@ -412,7 +422,7 @@ class Accounts:
                 max_tres_per_job=dict(a.get("max_tres_per_job") or {})))
         if not self.configured:  # the implicit "default" account and its users
             out.append(AssocView(account="default", user=None, parent=None, shares=1))
-            for (account, user) in sorted(set(self.usage) | self.known):
+            for (account, user) in sorted(set(self.ledger) | self.known):
                 if account == "default" and (account, user) not in seen:
                     seen.add((account, user))
                     out.append(AssocView(account="default", user=user, parent="default",
@@ -476,40 +486,42 @@ class Accounts:
                 self.tracked[j.job_id] = (j.restarts, j.start_time, tres, j.partition,
                                           j.account, j.user, j.qos)
 
-    def observe(self, jobs: dict, t: int) -> None:
-        """Charge jobs that stopped running since the last call; start tracking new ones."""
-        ended = []
-        for jid, rec in self.tracked.items():
-            j = jobs.get(jid)
-            if j is None or j.restarts != rec[0] or j.completing or j.state != "RUNNING":
-                end = t
-                if j is not None and j.restarts == rec[0] and j.end_time:
-                    end = min(t, j.end_time)
-                ended.append((jid, rec, end))
-        if ended:
-            with self.store.transaction():
-                for jid, rec, end in ended:
-                    del self.tracked[jid]
-                    self.charge(rec, max(0, end - rec[1]), t)
-        known = self.known
-        for j in jobs.values():
-            if j.state == "RUNNING" and j.job_id not in self.tracked:
-                self._track(j)
-            if j.state in ("PENDING", "RUNNING"):
-                known.add((j.account, j.user))
+    @staticmethod
+    def _run_end(j, rec: tuple, t: int) -> int | None:
+        """When the tracked run ``rec`` of ``j`` stopped (None: still running): a requeued
+        job's run by ``t``; otherwise at its end time, if set."""
+        if j.restarts == rec[0] and not j.completing and j.state == "RUNNING":
+            return None
+        if j.restarts == rec[0] and j.end_time:
+            return min(t, j.end_time)
+        return t
+
+    def job_saved(self, j, t: int) -> None:
+        """The usage event: called with every change of a job (``ClusterState.save``, in
+        the change's transaction). A tracked run that stopped is charged now; a job that
+        started running is tracked; its (account, user) joins the implicit tree."""
+        rec = self.tracked.get(j.job_id)
+        if rec is not None:
+            end = self._run_end(j, rec, t)
+            if end is not None:
+                del self.tracked[j.job_id]
+                self.charge(rec, max(0, end - rec[1]), t)
+        if j.state == "RUNNING" and j.job_id not in self.tracked:
+            self._track(j)
+        if j.state in ("PENDING", "RUNNING"):
+            self.known.add((j.account, j.user))
 
     def charge(self, rec: tuple, seconds: int, t: int) -> None:
+        """Charge a finished run at ``t`` (ledger entry, persisted in the caller's
+        transaction)."""
         _run, _start, tres, part, account, user, qos = rec
         q = self.qos.get(qos) or {}
         uf = q.get("usage_factor")
         flags = {f.upper() for f in getattr(self.cfg, "priority_flags", ()) or ()}
         amount = fsmod.charge(tres, seconds, self._billing_weights(part) or None,
                               float(uf) if uf is not None else 1.0, "MAX_TRES" in flags)
-        key = (account, user)
-        cur = self.usage_at(key, t)
-        self.usage[key] = [cur + amount, t]
-        self.store.put_usage(account, user, cur + amount, t)
-
+        entry = self.ledger.charge((account, user), amount, t)
+        self.store.put_usage(account, user, entry.raw, entry.charged_at)
 
 def _code_of(msg: str) -> str:
     from muster.common.errors import CODES

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from muster.common.errors import RequestError
 from muster.controller.accounts import parse_tres, tres_str
-from muster.controller.handlers import op
+from muster.controller.opspec import op
 from muster.controller.state import now
 
 NO_PRIV = "Your user doesn't have privilege to perform this action"
@@ -182,8 +182,8 @@ def sacctmgr(ctl, msg, uid, gid):
     entity = {"accounts": "account", "users": "user", "association": "assoc",
               "associations": "assoc", "clusters": "cluster"}.get(entity, entity)
     if entity not in ("account", "user", "qos", "assoc", "cluster"):
-        raise _bad(f"No valid entity in list command\nInput line must include 'Account', "
-                   f"'User', 'QOS', 'Association' or 'Cluster'")
+        raise _bad("No valid entity in list command\nInput line must include 'Account', "
+                   "'User', 'QOS', 'Association' or 'Cluster'")
     if action == "show":
         return {"rows": _show(ctl, entity, where, names)}
     _admin(ctl, uid)
@@ -232,7 +232,7 @@ def _add(ctl, entity: str, names: list, opts: list) -> dict:
         if not names:
             raise _bad("Need name of account to add")
         parent = (ident.get("parent") or [None])[0]
-        for name, opx, val in rest:
+        for name, _op, val in rest:
             if name.lower() == "parent":
                 parent = val
         parent = parent or "root"
@@ -268,7 +268,8 @@ def _add(ctl, entity: str, names: list, opts: list) -> dict:
             raise _bad(" Need a default account for these users to add.")
         for a in accounts + ([default] if default else []):
             if a not in acc.accounts:
-                raise _bad(f" This account '{a}' doesn't exist.\n        Contact your admin to add this account.")
+                raise _bad(f" This account '{a}' doesn't exist.\n"
+                           "        Contact your admin to add this account.")
         for p in parts:
             if p and p not in ctl.cfg.partitions:
                 raise _bad(f" Partition '{p}' doesn't exist on the cluster.")
@@ -470,11 +471,11 @@ def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
                  "qos": "normal", "defqos": "", "grpjobs": "", "grptres": "", "grpsubmit": "",
                  "maxjobs": "", "maxtres": "", "maxsubmit": "", "maxwall": "", "fairshare": "1"}]
     if entity == "qos":
-        rows = []
+        qrows: list[dict] = []
         for n, q in sorted(acc.qos.items()):
             if wanted and n not in wanted:
                 continue
-            rows.append({
+            qrows.append({
                 "name": n, "description": q.get("description") or n,
                 "priority": str(q.get("priority") or 0),
                 "gracetime": _wall((q.get("grace_time") or 0) // 60) if q.get("grace_time") else "00:00:00",
@@ -483,7 +484,7 @@ def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
                 if q.get("preempt_exempt_time") else "",
                 "preemptmode": q.get("preempt_mode") or "cluster",
                 "flags": ",".join(q.get("flags") or []), "usagethres": "",
-                "usagefactor": f"{float(q.get('usage_factor') if q.get('usage_factor') is not None else 1):.6f}",
+                "usagefactor": f"{float(q['usage_factor'] if q.get('usage_factor') is not None else 1):.6f}",
                 "grptres": tres_str(q.get("grp_tres")), "grptresmins": "", "grptresrunmins": "",
                 "grpjobs": "" if q.get("grp_jobs") is None else str(q["grp_jobs"]),
                 "grpsubmit": "", "grpwall": "", "maxtres": tres_str(q.get("max_tres_per_job")),
@@ -493,16 +494,16 @@ def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
                 "maxsubmitpu": "" if q.get("max_submit_jobs_per_user") is None
                 else str(q["max_submit_jobs_per_user"]),
                 "maxtrespa": "", "maxjobspa": "", "maxsubmitpa": "", "mintres": "", "id": ""})
-        return rows
+        return qrows
     if entity == "account":
         return [{"account": n, "descr": a.get("description") or n,
                  "org": a.get("organization") or n, "parentname": a.get("parent") or "",
                  "fairshare": str(a.get("shares", 1))}
                 for n, a in sorted(acc.accounts.items()) if not wanted or n in wanted]
     if entity == "user":
-        users = sorted({k[0] for k in acc.assocs})
+        user_names = sorted({k[0] for k in acc.assocs})
         out = []
-        for u in users:
+        for u in user_names:
             if wanted and u not in wanted:
                 continue
             out.append({"user": u, "defaultaccount": acc.default_account(u) or "",

@@ -1,8 +1,8 @@
 """Controller operations for the REST API, the dashboard and the metrics endpoint.
 
-Loaded by the last line of ``muster.controller.handlers`` (``from muster.controller import
-api_ops``). Everything here runs on the controller's loop, so it stays cheap: compact views
-built straight from the in-memory jobs and nodes, bounded reads, no third-party imports.
+Registered through muster.controller.ops (the table of operation modules). Everything here
+runs on the controller's loop, so it stays cheap: compact views built straight from the
+in-memory jobs and nodes, bounded reads, no third-party imports.
 
 Operations:
 
@@ -33,10 +33,9 @@ import pwd
 import secrets
 import stat
 import sys
-import time
 
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
-from muster.controller.handlers import _int, op
+from muster.controller.opspec import _int, op
 from muster.controller.state import identity, now
 from muster.model.job import PENDING, RUNNING
 
@@ -108,7 +107,7 @@ def _hook_store(ctl) -> None:
 
 
 def _known_ops():
-    from muster.controller.handlers import OPS
+    from muster.controller.opspec import OPS
     return OPS
 
 
@@ -178,7 +177,7 @@ def token(ctl, msg, uid, gid):
         except (KeyError, ValueError):  # ValueError: a NUL in the name
             raise RequestError(f"Invalid user: {user[:64]!r}", "invalid_user") from None
     key = load_or_create_jwt_key(jwt_key_path(ctl.cfg))
-    t = int(time.time())
+    t = now()
     tok = sign_hs256({"iat": t, "exp": t + lifespan, "sun": user}, key)
     ctl.state.event(None, "token_issued", f"for {user} by uid {uid}, lifespan {lifespan}s")
     return {"token": tok, "user": user, "expires": t + lifespan}
@@ -297,7 +296,7 @@ async def _read_tail(path: str, want: int, ident: dict) -> tuple[str | None, int
         return f"cannot read output file: {exc.strerror or exc}", 0, b""
     try:
         raw, _ = await asyncio.wait_for(proc.communicate(), TAIL_TIMEOUT)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
         return "output file could not be read in time", 0, b""
@@ -319,7 +318,8 @@ def events(ctl, msg, uid, gid):
     Least exposure: operators see every event. Anyone else sees the events of their own jobs
     and of nodes (what ``sinfo -R`` shows everyone) but not other users' jobs, token grants or
     accounting changes; naming another user's job is "Access/permission denied"."""
-    where, args = [], []
+    where: list[str] = []
+    args: list[object] = []
     admin = ctl.is_admin(uid)
     if msg.get("job_id") is not None:
         jid = _int(msg["job_id"])

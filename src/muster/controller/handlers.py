@@ -7,10 +7,10 @@ operators only.
 
 Invariants every handler keeps:
 
-* **Types first.** ``REQUEST_FIELDS`` declares the JSON type of every top-level field each
-  operation reads (nested objects too); ``op`` checks them before the handler runs, so a wrong
-  type is an ``invalid_request`` naming the field, never an exception deep in a handler (which
-  the dispatcher could only answer as "internal").
+* **Types first.** ``REQUEST_FIELDS`` (muster.controller.opspec) declares the JSON type of
+  every top-level field each operation reads (nested objects too); ``op`` checks them before
+  the handler runs, so a wrong type is an ``invalid_request`` naming the field, never an
+  exception deep in a handler (which the dispatcher could only answer as "internal").
 * **A refused request changes nothing.** Handlers that act on several jobs resolve, authorize
   and check all of them before they change any (a pending array index is split off its array
   only then), because a refusal rolls back the store but cannot roll back memory.
@@ -18,150 +18,21 @@ Invariants every handler keeps:
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import signal as _signal
-import time
 import weakref
 
+from muster.common import clock
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
+from muster.controller.opspec import _int, _is_int, op
 from muster.controller.scheduling import FitChecker
 from muster.controller.state import identity, now
 from muster.controller.submit import build_job, check_types, expand_io_paths, submit_ids
+from muster.lifecycle import events, jobfsm
 from muster.lifecycle import job as lifecycle
-from muster.model.job import CANCELLED, PENDING, PUBLIC_NAMES, RUNNING, Job
+from muster.model.job import PENDING, PUBLIC_NAMES, RUNNING, Job
 
 log = logging.getLogger("musterctld")
-
-OPS = {}
-
-# ---- request field types -----------------------------------------------------------------
-# A spec is a (description, predicate) pair, a dict (an object whose listed keys have those
-# specs; other keys are ignored) or a one-element list (a list of that spec). ``None`` stands
-# for an absent field everywhere except inside lists.
-
-MAX_LIST = 100_000
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-INT = ("an integer", lambda v: _is_int(v) and -2**63 <= v < 2**63)  # SQLite's INTEGER
-ID = ("a non-negative integer", lambda v: _is_int(v) and 0 <= v <= 2**53)
-NUM = ("a number", lambda v: (_is_int(v) or isinstance(v, float)) and abs(v) <= 2**53)
-STR = ("a string", lambda v: isinstance(v, str))
-BOOL = ("true or false", lambda v: isinstance(v, bool))
-OBJ = ("an object", lambda v: isinstance(v, dict))
-PORT = ("a port number", lambda v: _is_int(v) and 0 < v < 65536)
-MODE = ("a file mode", lambda v: _is_int(v) and 0 <= v <= 0o7777)
-STDIN = ("'all', 'none' or a task id",
-         lambda v: v in ("all", "none") or (_is_int(v) and 0 <= v < 2**32))
-
-JOB_REF = {"job_id": ID, "task": ID}
-STEP_REF = {"job_id": ID, "task": ID, "step_id": ID}  # scancel J[_T].S (controller.stepkill)
-FILTERS = {"uid": INT, "name": STR, "partition": STR, "account": STR, "qos": STR,
-           "states": [STR], "nodes": [STR]}
-STEP = {"argv": [STR], "env": OBJ, "name": STR, "cwd": STR, "io_port": PORT,
-        "stdin_target": STDIN, "output": STR, "error": STR, "input": STR, "open_mode": STR,
-        "umask": MODE, "distribution": STR, "label": BOOL, "overlap": BOOL,
-        "gpus_explicit": BOOL, "nodelist": STR, "exclude": STR, "srun_pid": ID, "srun_host": STR,
-        "gpu_bind": STR, "pty": BOOL}
-RESV = {"name": STR, "users": [STR], "accounts": [STR], "flags": [STR], "nodes": [STR],
-        "partition": STR, "start": INT, "end": INT, "duration": INT, "node_cnt": INT,
-        "tres": OBJ}
-
-REQUEST_FIELDS: dict[str, dict] = {
-    "ping": {}, "nodes": {}, "config": {}, "dash": {}, "diag": {}, "sprio": {}, "sshare": {},
-    "submit": {"job": OBJ, "script": STR, "env": OBJ},
-    "allocate": {"job": OBJ, "lease": BOOL},
-    "jobs": {"job_ids": [ID], "uids": [INT], "states": [STR], "fields": [STR], "rows": BOOL,
-             "events": BOOL},
-    "partitions": {"name": STR},
-    "acct": {"job_ids": [ID], "uids": [INT], "all_users": BOOL, "start": INT, "end": INT,
-             "duplicates": BOOL},
-    "cancel": {"jobs": [JOB_REF], "steps": [STEP_REF], "filters": FILTERS, "signal": INT,
-               "scope": STR},
-    "hold": {"jobs": [JOB_REF], "user_hold": BOOL},
-    "release": {"jobs": [JOB_REF]},
-    "requeue": {"jobs": [JOB_REF], "hold": BOOL},
-    "update_job": {"jobs": [JOB_REF], "changes": OBJ},
-    "update_node": {"nodes": [STR], "state": STR, "reason": STR},
-    "wait_alloc": {"job_id": ID, "timeout": NUM},
-    "release_alloc": {"job_id": ID, "exit_code": INT, "signal": INT},
-    "step_create": {"job_id": ID, "step": STEP},
-    "step_signal": {"job_id": ID, "signal": INT, "step_id": ID},
-    "step_status": {"job_id": ID, "step_id": ID},
-    "steps": {"job_ids": [ID]},
-    "token": {"lifespan": INT, "username": STR},
-    "job_output": {"job_id": ID, "bytes": INT, "stream": STR},
-    "events": {"job_id": ID, "node": STR, "event": STR, "since": ID, "before_id": ID,
-               "limit": INT},
-    "usage": {"hours": INT, "bucket": INT},
-    "metrics": {"detail": BOOL},
-    "sacctmgr": {"action": STR, "entity": STR, "names": [STR], "where": [[STR]], "set": [[STR]]},
-    "reservations": {"name": STR},
-    "resv_create": {"spec": RESV},
-    "resv_update": {"spec": RESV},
-    "resv_delete": {"name": STR},
-}
-
-
-def check_fields(msg: dict, spec: dict, path: str = "") -> None:
-    """Raise ``invalid_request`` naming the first field of ``msg`` whose type is not the one
-    ``spec`` declares (see REQUEST_FIELDS)."""
-    for key, sub in spec.items():
-        v = msg.get(key)
-        if v is not None:
-            _check_value(v, sub, f"{path}{key}")
-
-
-def _check_value(v, spec, path: str) -> None:
-    if isinstance(spec, dict):
-        if not isinstance(v, dict):
-            raise _type_error(path, "an object")
-        check_fields(v, spec, path + ".")
-    elif isinstance(spec, list):
-        if not isinstance(v, list) or len(v) > MAX_LIST:
-            raise _type_error(path, f"a list (of at most {MAX_LIST} items)")
-        for i, item in enumerate(v):
-            if item is None:
-                raise _type_error(f"{path}[{i}]", "a value, not null")
-            _check_value(item, spec[0], f"{path}[{i}]")
-    elif not spec[1](v):
-        raise _type_error(path, spec[0])
-
-
-def _type_error(path: str, what: str) -> RequestError:
-    return RequestError(f"Invalid request: {path[:64]} must be {what}", "invalid_request")
-
-
-def op(name):
-    """Register ``fn`` as operation ``name``, behind the field check of REQUEST_FIELDS."""
-    spec = REQUEST_FIELDS[name]
-
-    def deco(fn):
-        if asyncio.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def checked(ctl, msg, uid, gid):
-                check_fields(msg, spec)
-                return await fn(ctl, msg, uid, gid)
-        else:
-            @functools.wraps(fn)
-            def checked(ctl, msg, uid, gid):
-                check_fields(msg, spec)
-                return fn(ctl, msg, uid, gid)
-        OPS[name] = checked
-        return fn
-    return deco
-
-
-def _int(v, what="job id") -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 2**53:
-        raise RequestError(f"Invalid {what}", "invalid_request")
-    return v
-
 
 @op("ping")
 def ping(ctl, msg, uid, gid):
@@ -197,7 +68,7 @@ _FULL_LOGGED = {"at": 0.0}
 # Per ClusterState: ids of array masters that may still hold unsplit pending indices. Only a
 # submit makes one (and a restart, found by one scan), and once split or purged a master never
 # holds pending indices again, so counting jobs costs O(arrays), not O(jobs), per submit.
-_MASTERS: "weakref.WeakKeyDictionary[object, set[int]]" = weakref.WeakKeyDictionary()
+_MASTERS: weakref.WeakKeyDictionary[object, set[int]] = weakref.WeakKeyDictionary()
 
 
 def _array_masters(st) -> set[int]:
@@ -229,7 +100,7 @@ def admit(ctl, job: Job) -> None:
     new = len(job.pending_tasks) if job.pending_tasks else 1
     if job_count(ctl.state) + new <= limit:
         return
-    t = time.monotonic()
+    t = clock.monotonic()
     if t - _FULL_LOGGED["at"] > 60:  # one line a minute, however hard clients retry
         _FULL_LOGGED["at"] = t
         log.warning("MaxJobCount limit from slurm.conf reached (%d): refusing new jobs", limit)
@@ -409,7 +280,7 @@ def _step_order(step: dict):
         return (0, 0)
     if sid == "extern":
         return (1, 0)
-    return (2, int(sid)) if str(sid).isdigit() else (3, 0)
+    return (2, int(str(sid))) if str(sid).isdigit() else (3, 0)
 
 
 # ---- job control ---------------------------------------------------------------------------
@@ -468,7 +339,7 @@ def _prepare(ctl, msg, check) -> list[Job]:
 def _split_pending(st, master: Job, task: int) -> Job:
     """Address one pending index of an array on its own (e.g. to cancel it)."""
     from muster.model.arrays import compress_indices
-    rest = [i for i in master.pending_tasks if i != task]
+    rest = [i for i in master.pending_tasks or () if i != task]
     if not rest:
         master.pending_tasks = None
         master.array_task_id = task
@@ -512,7 +383,7 @@ def cancel(ctl, msg, uid, gid):
         raise RequestError("Invalid scope", "invalid_request")
     if msg.get("steps") is not None:
         return _cancel_steps(ctl, msg, uid, sig)
-    with st.store.transaction():
+    with ctl.applier.transaction():  # one commit; terminations leave after it
         errors = []
         allowed = []
         for job, task in _refs(ctl, msg):
@@ -566,15 +437,13 @@ def _cancel_steps(ctl, msg, uid, sig):
 
 
 def _cancel_one(ctl, job: Job, uid: int) -> None:
-    st = ctl.state
-    if job.state == PENDING:
-        lifecycle.cancel_pending(job, by_uid=uid, now=now())
-        st.save(job)
-        st.event(job, "cancelled", f"by uid {uid} while pending")
-        ctl.steps.notify(job)
-    elif job.state == RUNNING:
-        ctl.kill_running(job, final_state=CANCELLED, by_uid=uid, why="cancel")
-        st.event(job, "cancelled", f"by uid {uid}")
+    """Cancel a pending or running job: the job machine decides (``Cancel``), the applier
+    commits and then terminates its processes / wakes its srun."""
+    if job.state in (PENDING, RUNNING):
+        try:
+            ctl.applier.job(job, events.Cancel(uid), now())
+        except jobfsm.Refused:
+            pass  # already completing: its end is decided
 
 
 def _filtered(ctl, msg) -> list[Job]:
@@ -654,29 +523,14 @@ def requeue(ctl, msg, uid, gid):
             raise RequestError(None, "requeue_disabled")
         if job.state == PENDING and not hold_after:
             raise RequestError(None, "job_pending")
-    with st.store.transaction():
+    t = now()
+    with ctl.applier.transaction():  # one commit; terminations leave after it
         for job in _prepare(ctl, msg, check):
-            if job.state == PENDING:
-                lifecycle.hold(job, admin=False)
-                st.save(job)
-            elif job.state == RUNNING:
-                job.requeue_pending = True
-                job.requeue_hold = hold_after
-                # REQUEUED, not CANCELLED, while its processes end: tools that poll sacct
-                # (submitit) must not take a job being requeued for a finished one
-                ctl.kill_running(job, final_state="REQUEUED", by_uid=uid, why="requeue")
-                st.event(job, "requeue_requested", f"by uid {uid}")
-            elif job.terminal and not job.completing:
-                prev = lifecycle.requeue(job, now=now(), delay=ctl.requeue_delay, hold=hold_after,
-                                         held_desc="job requeued in held state" if hold_after else None)
-                st.store.put_run(job.job_id, job.restarts - 1, prev)
-                st.jobs[job.job_id] = job
-                st.save(job)
-                st.event(job, "requeued", f"by uid {uid}")
-            else:
-                job.requeue_pending = True
-                job.requeue_hold = hold_after
-                st.save(job)
+            if job.terminal and not job.completing:
+                st.jobs[job.job_id] = job  # back in memory (it may have aged out)
+            # PENDING: held; RUNNING: killed as REQUEUED, requeued when its processes are
+            # gone; finished: back to the queue now; completing: requeued when it ends
+            ctl.applier.job(job, events.Requeue(uid, hold_after), t)
     ctl.request_schedule()
     return {}
 
@@ -855,7 +709,8 @@ def step_create(ctl, msg, uid, gid):
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and "\0" not in a for a in argv):
         raise RequestError("step needs a command", "invalid_request")
     env = req.get("env") or {}
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                            for k, v in env.items()):
         raise RequestError("environment must map names to strings", "invalid_request")
     conn = getattr(ctl, "current_conn", None)
     host = getattr(conn, "peer_host", None) or "127.0.0.1"
@@ -875,9 +730,6 @@ def step_signal(ctl, msg, uid, gid):
     return {}
 
 
-from muster.controller import api_ops  # noqa: E402,F401  (REST/metrics/dashboard ops)
-from muster.controller import acct_ops  # noqa: E402,F401  (sacctmgr/sprio/sshare/reservations)
-from muster.controller import usage as _usage  # noqa: E402,F401  (sstat)
 
 
 @op("step_status")

@@ -41,6 +41,7 @@ Invariants:
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from muster.common.errors import AccessDenied, InputError, RequestError
 from muster.common.timefmt import parse_datetime, parse_time_limit
@@ -82,7 +83,10 @@ class Plan:
         self.ctl, self.job, self.admin, self.now = ctl, job, admin, now
         self.patch: dict = {}  # changes of the submit request (re-validated by build_job)
         self.effects: list = []  # fn(job) applied in order
-        self.time_limit = self.time_min = self.resv = _UNSET
+        # _UNSET, or the new value (minutes, None: unlimited; a reservation name)
+        self.time_limit: Any = _UNSET
+        self.time_min: Any = _UNSET
+        self.resv: Any = _UNSET
 
     def pending(self) -> None:
         if self.job.state != PENDING:
@@ -216,15 +220,15 @@ def _p_mem(key, value, now):
 
 
 def _p_gres(key, value, now):
-    """sbatch's --gres parser (``gpu[:type][:count][,…]``, ``gres:`` prefix allowed); empty or
-    ``none`` clears. Names and counts are then judged by build_job, as at submit."""
-    from muster.cli.getopt import CliExit
-    from muster.cli.jobopts import parse_gres
+    """The --gres parser of sbatch (muster.common.gresspec: ``gpu[:type][:count][,…]``,
+    ``gres:`` prefix allowed); empty or ``none`` clears. Names and counts are then judged by
+    build_job, as at submit."""
+    from muster.common.gresspec import parse_gres
     if not value.strip():
         return []
     try:
         return parse_gres(value)
-    except (CliExit, InputError, ValueError):
+    except ValueError:  # GresSpecError
         raise RequestError(None, "invalid_gres") from None
 
 
@@ -572,8 +576,10 @@ def _set_running_limit(ctl, job: Job, minutes: int | None, now: int) -> None:
     allocations and the steps of every job from ``end_time``)."""
     job.time_limit = minutes
     job.timelimit_from_partition = False
-    job.end_time = None if minutes is None else max(now, job.start_time + 60 * minutes)
-    limit_s = None if minutes is None else job.end_time - job.start_time
+    start = job.start_time
+    assert start is not None  # a running job
+    job.end_time = None if minutes is None else max(now, start + 60 * minutes)
+    limit_s = None if job.end_time is None else job.end_time - start
     if job.batch and job.batch_host:
         ctl.send_to_node(job.batch_host, {"op": "update_limit", "job_id": job.job_id,
                                           "run": job.restarts, "time_limit_s": limit_s})

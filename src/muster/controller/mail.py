@@ -39,9 +39,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections import deque
 
+from muster.common import clock
 from muster.common.timefmt import fmt_duration_long
 from muster.model.job import COMPLETED, PENDING, RUNNING, TERMINAL
 
@@ -135,7 +135,7 @@ class Mailer:
         """Called for every saved job that has a mail type (before it is stored)."""
         types = set(job.mail_type.split(","))
         run, bits = job.mail_sent or (job.restarts, 0)
-        now = int(time.time())
+        now = clock.now()
         if run != job.restarts:  # the previous run ended in a requeue we did not see end
             if bits & _BEGIN and not bits & _END:
                 word = "REQUEUE" if "REQUEUE" in types else ("END" if "END" in types else None)
@@ -188,13 +188,13 @@ class Mailer:
         codes = [m.exit_code for m in ends]
         states = {m.state for m in ends}
         if states <= {COMPLETED, "CANCELLED"}:
-            word = "END" if "END" in types else None
+            summary: str | None = "END" if "END" in types else None
             state = COMPLETED if states == {COMPLETED} else "CANCELLED"
         else:
-            word = "FAIL" if "FAIL" in types else ("END" if "END" in types else None)
+            summary = "FAIL" if "FAIL" in types else ("END" if "END" in types else None)
             state = "Mixed" if min(codes) == 0 and max(codes) > 0 else job.state
-        if word:
-            self._send(job, word, now, (state, min(codes), max(codes)))
+        if summary:
+            self._send(job, summary, now, (state, min(codes), max(codes)))
 
     def tick(self, jobs: dict, now: int) -> list:
         """TIME_LIMIT* mails due at ``now``; returns the jobs whose ``mail_sent`` changed
@@ -222,7 +222,7 @@ class Mailer:
     # ---- sending -----------------------------------------------------------------------------
     def _send(self, job, event: str, now: int, summary=None) -> None:
         if len(self.queue) >= MAX_QUEUED:
-            t = time.monotonic()
+            t = clock.monotonic()
             if t - self._dropped_at > 60:
                 self._dropped_at = t
                 log.warning("mail queue full (%d): dropping notifications", MAX_QUEUED)
@@ -261,7 +261,7 @@ class Mailer:
                 stderr=asyncio.subprocess.STDOUT, cwd="/", env=env, start_new_session=True)
             try:
                 out, _ = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 proc.kill()
                 await proc.wait()
                 log.error("MailProg %s killed after %ds", argv[0], TIMEOUT)

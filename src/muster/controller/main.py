@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     from muster.common.errors import MusterError
     from muster.common.process import daemon_start
     from muster.config import load
-    path = daemon_start("musterctld", args.conf, args.logfile, args.verbose)
+    from muster.config.locate import find_config_path
+    path = daemon_start("musterctld", args.conf or find_config_path(), args.logfile, args.verbose)
     if path is None:
         return 1
     try:
@@ -33,10 +34,11 @@ def main(argv: list[str] | None = None) -> int:
         except UnsafePath as exc:
             print(f"musterctld: error: {exc}", file=sys.stderr)
             return 1
+        from muster.common.clock import RealClock
         from muster.controller.server import Controller
         from muster.store.sqlite import SqliteStore
         store = SqliteStore(cfg.db_path)
-        ctl = Controller(cfg, store)
+        ctl = Controller(cfg, store, RealClock())
     except MusterError as exc:
         print(f"musterctld: error: {exc.message}", file=sys.stderr)
         return 1

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
-from muster.agent.prolog import run_scripts, timeout_of
+from muster.common import clock
+from muster.common.scripts import run_scripts, timeout_of
 from muster.controller.state import now
 from muster.lifecycle import job as lifecycle
 from muster.model.job import RUNNING
@@ -316,7 +316,7 @@ class Prologs:
         n.mem_alloc += a["mem"]
         n.gpus_alloc.update(a["gpus"])
         n.completing_jobs.add(job_id)
-        self.holds[key] = {"alloc": a, "msg": msg, "sent": time.monotonic()}
+        self.holds[key] = {"alloc": a, "msg": msg, "sent": clock.monotonic()}
 
     def _unhold(self, job_id: int, run: int, node: str) -> None:
         h = self.holds.pop((job_id, run, node), None)
@@ -333,7 +333,7 @@ class Prologs:
 
     def tick(self, t: int) -> None:
         """Periodic: drop epilog holds on DOWN nodes; ask again where an epilog is overdue."""
-        mono = time.monotonic()
+        mono = clock.monotonic()
         for key, h in list(self.holds.items()):
             n = self.ctl.state.nodes.get(key[2])
             if n is None or n.down:

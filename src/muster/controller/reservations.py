@@ -57,7 +57,7 @@ class Reservations:
 
     # ---- node choice ---------------------------------------------------------------------
     def _busy_nodes(self, start: int) -> set[str]:
-        out = set()
+        out: set[str] = set()
         for j in self.state.jobs.values():
             if j.holds_resources and j.alloc:
                 end = j.end_time if j.state == "RUNNING" else None
@@ -168,7 +168,7 @@ class Reservations:
 
     def update(self, spec: dict, now: int) -> None:
         name = spec.get("name")
-        r = self.resv.get(name)
+        r = self.resv.get(name) if isinstance(name, str) else None
         if r is None:
             raise RequestError("Reservation request invalid", "invalid_request")
         rec = dict(r)
@@ -220,8 +220,16 @@ class Reservations:
         self.store.delete_reservation(name)
         self.generation += 1
 
+    def due(self, t: int) -> bool:
+        """Whether :meth:`tick` has anything to do at ``t``: a reservation ended, or a started
+        PURGE_COMP one is watched. A pure read."""
+        return any(t >= r["end"] or (r["start"] <= t and any(
+            _flag_name(f) == "PURGE_COMP" for f in r["flags"])) for r in self.resv.values())
+
     def tick(self, t: int, in_use: dict[str, int]) -> None:
-        """End or roll over reservations; ``in_use`` = reservation → pending/running jobs."""
+        """The reservations' clock event, run by the controller before a scheduling pass in
+        its own transaction (scheduling.advance; never while building a snapshot): end or
+        roll over reservations; ``in_use`` = reservation → pending/running jobs."""
         for name, r in list(self.resv.items()):
             flags = {_flag_name(f): f for f in r["flags"]}
             if t >= r["end"]:
@@ -268,7 +276,8 @@ class Reservations:
         for r in sorted(self.resv.values(), key=lambda x: x["name"]):
             cpus = sum(nodes[n].cpus for n in r["nodes"] if n in nodes)
             gpus = sum(len(nodes[n].gpu_indices) for n in r["nodes"] if n in nodes)
-            tres = f"cpu={cpus}" + (f",gres/gpu={gpus}" if gpus and r.get("tres_req", {}).get("gres/gpu") else "")
+            with_gpus = gpus and r.get("tres_req", {}).get("gres/gpu")
+            tres = f"cpu={cpus}" + (f",gres/gpu={gpus}" if with_gpus else "")
             out.append({
                 "name": r["name"], "start_time": r["start"], "end_time": r["end"],
                 "duration_s": r["end"] - r["start"],

@@ -13,7 +13,8 @@ from dataclasses import replace
 from functools import lru_cache
 
 from muster.controller.submit import expand_io_paths
-from muster.core import JobView, NodeView, PartitionView, SchedConfig, Snapshot, fits_ever
+from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever
+from muster.core.confview import partition_views, sched_config
 from muster.core.schedule import R_DEADLINE
 from muster.core import features
 from muster.core.placement import NodeAlloc
@@ -23,54 +24,14 @@ from muster.lifecycle import job as lifecycle
 from muster.model.job import PENDING, RUNNING, Job
 
 
-def sched_config(cfg) -> SchedConfig:
-    """slurm.conf → the core's settings. SchedulerType=sched/backfill (Slurm's default) turns
-    backfill on; SchedulerParameters bf_window (minutes), bf_resolution (s), bf_max_job_test,
-    and Muster's bf_depth (1 = EASY; default: every tested job may reserve, as Slurm does)."""
-    sp = getattr(cfg, "scheduler_parameters", None) or {}
-
-    def num(key, default):
-        try:
-            return int(sp.get(key, default))
-        except (TypeError, ValueError):
-            return default
-    depth = sp.get("bf_depth")
-    # PriorityType: Slurm 23.11's default is priority/multifactor (slurmconf's default too);
-    # with every weight 0 each job's priority is 1 minus its nice (at least 1), computed per
-    # job without the factors (muster.core.priority.static)
-    ptype = "basic" if str(getattr(cfg, "priority_type", "") or "").lower().endswith(
-        "/basic") else "multifactor"
-    enforce = {e.lower() for e in getattr(cfg, "accounting_storage_enforce", ()) or ()}
-    if enforce & {"limits", "qos", "safe"}:
-        enforce.add("associations")
-    if "safe" in enforce:
-        enforce.add("limits")
-    pmode = (getattr(cfg, "preempt_mode", "OFF") or "OFF").upper().split(",")[0]
-    wt = getattr(cfg, "priority_weight_tres", None) or {}
-    return SchedConfig(
-        priority_type=ptype,
-        priority_max_age=int(getattr(cfg, "priority_max_age", 7 * 86400) or 0),
-        priority_favor_small=bool(getattr(cfg, "priority_favor_small", False)),
-        priority_flags=frozenset(f.upper() for f in getattr(cfg, "priority_flags", ()) or ()),
-        weight_age=int(getattr(cfg, "priority_weight_age", 0) or 0),
-        weight_assoc=int(getattr(cfg, "priority_weight_assoc", 0) or 0),
-        weight_fairshare=int(getattr(cfg, "priority_weight_fairshare", 0) or 0),
-        weight_jobsize=int(getattr(cfg, "priority_weight_job_size", 0) or 0),
-        weight_partition=int(getattr(cfg, "priority_weight_partition", 0) or 0),
-        weight_qos=int(getattr(cfg, "priority_weight_qos", 0) or 0),
-        weight_tres=tuple(sorted((("gres/gpu" if k.lower() in ("gres/gpu", "gpu") else k.lower()),
-                                  int(v)) for k, v in wt.items())),
-        enforce=frozenset(enforce),
-        preempt_type=getattr(cfg, "preempt_type", "preempt/none") or "preempt/none",
-        preempt_mode=pmode,
-        preempt_exempt_time=int(getattr(cfg, "preempt_exempt_time", 0) or 0),
-        def_mem_per_cpu=cfg.def_mem_per_cpu, def_mem_per_node=cfg.def_mem_per_node,
-        def_mem_per_gpu=cfg.def_mem_per_gpu,
-        backfill=(getattr(cfg, "scheduler_type", "sched/backfill") or "").endswith("backfill"),
-        bf_depth=int(depth) if depth and str(depth).isdigit() else None,
-        bf_window=num("bf_window", 1440), bf_resolution=num("bf_resolution", 60),
-        bf_max_job_test=num("bf_max_job_test", 500), kill_wait=cfg.kill_wait,
-        over_time_limit=cfg.over_time_limit or 0)
+def sched_config_of(state) -> SchedConfig:
+    """The controller's SchedConfig: built once per ClusterState from its slurm.conf by the one
+    builder (muster.core.confview.sched_config) and shared by the scheduling pass, the
+    submit-time fit check, the snapshot's accounting inputs and sprio."""
+    cfg = state.__dict__.get("_sched_cfg")
+    if cfg is None:
+        cfg = state.__dict__["_sched_cfg"] = sched_config(state.cfg)
+    return cfg
 
 
 def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
@@ -98,28 +59,6 @@ def constraint_of(text: str | None):
     return features.parse(text) if text else None
 
 
-def _names(v) -> frozenset | None:
-    if not v or "ALL" in v:
-        return None
-    return frozenset(v)
-
-
-def partition_views(cfg) -> dict[str, PartitionView]:
-    """Partitions as the core sees them. AllowGroups is checked at submit (with the
-    submitter's supplementary groups, which the core does not know), so it is not here."""
-    return {p.name: PartitionView(name=p.name, state=p.state, priority_tier=p.priority_tier,
-                                  node_names=tuple(p.nodes), max_time=p.max_time,
-                                  max_nodes=p.max_nodes, min_nodes=p.min_nodes,
-                                  priority_job_factor=p.priority_job_factor,
-                                  allow_accounts=_names(p.allow_accounts),
-                                  allow_qos=_names(p.allow_qos),
-                                  deny_accounts=frozenset(p.deny_accounts or ()),
-                                  deny_qos=frozenset(p.deny_qos or ()), qos=p.qos or None,
-                                  preempt_mode=(p.preempt_mode or "").upper().split(",")[0] or None,
-                                  grace_time=p.grace_time or 0)
-            for p in cfg.partitions.values()}
-
-
 def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
              reservation: str | None = None, fixed_priority: bool = False) -> JobView:
     return JobView(
@@ -128,7 +67,8 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         fixed_priority=fixed_priority, requeue=bool(job.requeue and job.batch),
         job_id=job.job_id, priority=job.priority, submit_time=job.submit_time,
         partitions=tuple(job.partitions_req or [job.partition]), nodes_min=job.nodes_min,
-        nodes_max=job.nodes_max, ntasks=job.num_tasks if job.ntasks_given else 0, ntasks_per_node=job.ntasks_per_node,
+        nodes_max=job.nodes_max, ntasks=job.num_tasks if job.ntasks_given else 0,
+        ntasks_per_node=job.ntasks_per_node,
         cpus_per_task=job.cpus_per_task, mem_per_node=0 if job.mem_all else job.mem_per_node,
         mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, gpus_per_node=job.gpus_per_node,
         gpus_total=job.gpus, gpus_per_task=job.gpus_per_task, gpu_type=job.gpu_type,
@@ -155,7 +95,7 @@ class FitChecker:
 
     def __init__(self, state):
         self._state = state
-        self._cfg = sched_config(state.cfg)
+        self._cfg = sched_config_of(state)
         cache = getattr(state, "empty_views", None)
         if cache is None:
             cache = state.empty_views = {}
@@ -199,8 +139,40 @@ def cached_view(state, job: Job) -> JobView:
     return view
 
 
+def advance(state, t: int) -> None:
+    """The events of the clock, run by the controller before each scheduling pass in their
+    own transaction: dependency displays resolve (ClusterState.resolve_dependencies), ended
+    reservations roll over or go, PURGE_COMP ones idle long enough are purged. Usage needs
+    no step here: it is charged when each job ends (ClusterState.save)."""
+    changes = state.dependency_changes(t)
+    resv = getattr(state, "reservations", None)
+    due = resv is not None and resv.due(t)
+    if not changes and not due:
+        return  # nothing happened: no transaction (a pass must not cost a commit)
+    with state.store.transaction():
+        state.resolve_dependencies(changes)
+        if due and resv is not None:
+            resv.tick(t, reservations_in_use(state))
+
+
+def reservations_in_use(state) -> dict[str, int]:
+    """Reservation name → its pending and running jobs."""
+    acc = getattr(state, "accounts", None)
+    in_use: dict[str, int] = {}
+    for j in state.jobs.values():
+        if j.state in (PENDING, RUNNING):
+            name = acc.reservation_of(j) if acc is not None else None
+            if name:
+                in_use[name] = in_use.get(name, 0) + 1
+    return in_use
+
+
 def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
-    """The core's input, and the reasons of pending jobs the shell has already decided."""
+    """The core's input, and the reasons of pending jobs the shell has already decided.
+
+    A pure read of ``state``: it writes nothing to the store and changes no job, usage or
+    reservation (only caches derived from them), so read-only requests (sprio) may call it.
+    What the clock changes is done before, by :func:`advance`; usage is charged at job end."""
     pending = []
     running_per_array: dict[int, int] = {}
     for j in state.jobs.values():
@@ -245,31 +217,22 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
                 requeue=j.requeue))
     extra = {}
     acc = getattr(state, "accounts", None)
-    if acc is not None and hasattr(acc, "observe"):
-        cfg = state.__dict__.get("_sched_cfg")
-        if cfg is None:
-            cfg = state.__dict__["_sched_cfg"] = sched_config(state.cfg)
-        extra = accounting_inputs(acc, state.jobs, t, cfg)
+    if acc is not None and hasattr(acc, "assoc_views"):
+        extra = accounting_views(acc, t, sched_config_of(state))
     resv = getattr(state, "reservations", None)
     if resv is not None and resv.resv:
-        in_use: dict[str, int] = {}
-        for j in state.jobs.values():
-            if j.state in (PENDING, RUNNING):
-                name = acc.reservation_of(j) if acc is not None else None
-                if name:
-                    in_use[name] = in_use.get(name, 0) + 1
-        resv.tick(t, in_use)
         extra["reservations"] = resv.views(t)
-    snap = Snapshot(now=t, nodes=node_views(state), partitions=partition_views(state.cfg),
+    # a name -> view mapping is accepted for partitions (Snapshot stores it ordered by name)
+    snap = Snapshot(now=t, nodes=node_views(state),
+                    partitions=partition_views(state.cfg),  # type: ignore[arg-type]
                     pending=tuple(pending), running=tuple(running), **extra)
     return snap, shell_reasons
 
 
-def accounting_inputs(acc, jobs, t: int, cfg: SchedConfig) -> dict:
-    """The Snapshot fields that come from accounting (QOS, associations, fair-share): usage
-    of the jobs that stopped since the last pass is charged first. The simulator calls this
-    too, with its own job records, so fair-share evolves the same way in both."""
-    acc.observe(jobs, t)
+def accounting_views(acc, t: int, cfg: SchedConfig) -> dict:
+    """The Snapshot fields that come from accounting (QOS, associations, fair-share), read
+    from the usage ledger decayed to ``t``. The simulator calls this too, with an Accounts
+    it charges at its jobs' ends, so fair-share evolves the same way in both."""
     assocs = acc.assoc_views(t)
     extra = {"qos": tuple(acc.qos_views().values()), "assocs": tuple(assocs)}
     if cfg.weight_fairshare and cfg.priority_type == "multifactor":
@@ -336,10 +299,7 @@ def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None)
         if mailer is not None and mailer.timed:
             for job in mailer.tick(state.jobs, t):  # TIME_LIMIT_50/80/90/100 mails
                 state.save(job)
-    preemptions = getattr(plan, "preemptions", ()) or ()
-    if preemptions:
-        apply_preemptions(state, preemptions, t)
-    return started
+    return started  # plan.preemptions: the controller's job machine (Controller.preempt)
 
 
 def _deadline_missed(state, job: Job, t: int) -> None:
@@ -409,55 +369,6 @@ def _store_priorities(state, plan, started_ids: set) -> None:
         state.save(job)
 
 
-def apply_preemptions(state, preemptions, t: int) -> None:
-    """Plan.preemptions: REQUEUE puts the victim back in the queue under the same id,
-    CANCEL ends it as PREEMPTED. With GraceTime the victim gets SIGTERM now and is killed
-    when the grace time is over."""
-    ctl = getattr(state, "ctl", None)
-    if ctl is None:
-        return
-    pending = state.__dict__.setdefault("_preempting", set())
-    for p in preemptions:
-        job = state.jobs.get(p.victim)
-        if job is None or job.state != RUNNING or job.completing or p.victim in pending:
-            continue
-        pending.add(p.victim)
-        state.event(job, "preempted", f"by job {p.preemptor} ({p.mode}, grace {p.grace}s)")
-        if p.grace > 0:
-            for node in dict.fromkeys([job.batch_host] + [a["node"] for a in job.alloc]):
-                if node:
-                    ctl.send_to_node(node, {"op": "signal", "job_id": job.job_id,
-                                            "run": job.restarts, "signal": 15, "scope": "full"})
-            import asyncio
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
-                loop = None
-            if loop is not None:
-                loop.call_later(p.grace, _preempt_kill, state, p.victim, job.restarts, p.mode)
-                continue
-        _preempt_kill(state, p.victim, job.restarts, p.mode)
-
-
-def _preempt_kill(state, job_id: int, run: int, mode: str) -> None:
-    state.__dict__.setdefault("_preempting", set()).discard(job_id)
-    ctl = state.ctl
-    job = state.jobs.get(job_id)
-    if job is None or job.restarts != run or job.state != RUNNING or job.completing:
-        return
-    with state.store.transaction():
-        if mode == "REQUEUE" and job.batch and job.requeue:
-            job.requeue_pending = True
-            ctl.kill_running(job, final_state="CANCELLED", by_uid=None, why="preempt")
-        else:
-            ctl.kill_running(job, final_state="PREEMPTED", by_uid=None, why="preempt")
-        job.reason = "Preempted" if mode != "REQUEUE" else job.reason
-        state.save(job)
-    if hasattr(ctl, "steps") and not job.batch:
-        ctl.steps.notify(job)
-    ctl.request_schedule()
-
-
 def _still_free(state, allocs: list[dict]) -> bool:
     for a in allocs:
         n = state.nodes.get(a["node"])
@@ -472,6 +383,7 @@ def _still_free(state, allocs: list[dict]) -> bool:
 
 def _split_array_task(state, master: Job, t: int) -> Job:
     """Start the lowest pending index. The last index keeps the master's id (Slurm does so)."""
+    assert master.pending_tasks  # a pending array master has indices left
     idx = master.pending_tasks[0]
     rest = master.pending_tasks[1:]
     if not rest:

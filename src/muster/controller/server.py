@@ -9,7 +9,7 @@ Endpoints:
   * Unix socket ``<StateSaveLocation>/musterctld.sock`` (mode 0666): local clients; the caller's
     uid/gid come from SO_PEERCRED. One request, one reply, no handshake.
   * TCP ``SlurmctldHost:SlurmctldPort``: agents and the REST daemon. Nothing is read but the
-    link handshake (muster.common.linkauth, muster.controller.netio.respond) until the peer has
+    link handshake (muster.common.linkauth, muster.common.netio.respond) until the peer has
     proved it holds the cluster key; its claims (uid, gid, node) are covered by that proof, and
     every later frame is sealed. Agents must be root, the cluster owner or operators.
 
@@ -32,20 +32,23 @@ import signal
 import socket
 import struct
 import time
+from typing import Any, TypeGuard
 
 from muster.common import auth
-from muster.common.errors import MusterError, RequestError
+from muster.common import clock as clocks
+from muster.common.errors import MusterError
 from muster.common.linkauth import HANDSHAKE_TIMEOUT
+from muster.common.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBudget, Link,
+                                 LinkForged, cap_reads, frame, respond)
 from muster.common.wire import MAX_FRAME
-from muster.controller import api_ops, handlers
-from muster.controller.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBudget, Link,
-                                     LinkForged, cap_reads, frame, respond)
-from muster.controller.scheduling import apply_plan, build_snapshot, sched_config
+from muster.controller import api_ops, ops
+from muster.controller.scheduling import advance, apply_plan, build_snapshot, sched_config_of
 from muster.controller.state import ClusterState, identity, now
 from muster.controller.steps import node_alloc
 from muster.core import schedule
+from muster.lifecycle import events, jobfsm
 from muster.lifecycle import job as lifecycle
-from muster.model.job import RUNNING
+from muster.model.job import RUNNING, Job
 
 log = logging.getLogger("musterctld")
 
@@ -61,10 +64,10 @@ LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, no
 BUSY = {"ok": False, "code": "busy", "error": "Controller busy, try again"}
 
 
-_CRASH = {}
+_CRASH: dict[str, Any] = {}
 
 
-def _is_id(v: object) -> bool:
+def _is_id(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32
 
 
@@ -104,7 +107,7 @@ class AgentLink:
 
     __slots__ = ("ctl", "node", "link", "cred_key")
 
-    def __init__(self, ctl: "Controller", node: str, link: Link, key: bytes):
+    def __init__(self, ctl: Controller, node: str, link: Link, key: bytes):
         self.ctl, self.node, self.link = ctl, node, link
         self.cred_key = auth.cred_key(key)
 
@@ -121,17 +124,23 @@ class AgentLink:
 
 
 class Controller:
-    def __init__(self, cfg, store):
+    def __init__(self, cfg, store, clock: clocks.Clock | None = None):
+        """``clock``: the process's clock (muster.common.clock); it is installed here, so
+        every ``now()`` of the controller's modules reads it. Default: the one installed."""
+        self.clock = clock if clock is not None else clocks.current()
+        clocks.install(self.clock)
         self.cfg = cfg
         self.state = ClusterState(cfg, store)
         self.state.ctl = self
-        self.sched_cfg = sched_config(cfg)
+        self.sched_cfg = sched_config_of(self.state)
         from muster.controller.steps import StepManager
         from muster.controller.usage import UsageBook
         self.steps = StepManager(self)
         from muster.controller.prologs import Prologs
         self.prologs = Prologs(self)  # PrologSlurmctld, node Prolog/Epilog outcomes
         self.usage = UsageBook(self)  # usage accounting: live samples, final statistics
+        from muster.controller.applier import Applier
+        self.applier = Applier(self)  # lifecycle events → one commit → effects dispatched
         self.agents: dict[str, AgentLink] = {}
         self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
         self.keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
@@ -223,9 +232,11 @@ class Controller:
     def schedule_once(self) -> None:
         t0 = time.perf_counter()
         t = now()
-        snap, shell_reasons = build_snapshot(self.state, t)
+        advance(self.state, t)  # the clock's events (dependencies, reservations), committed
+        snap, shell_reasons = build_snapshot(self.state, t)  # a pure read
         plan = schedule(snap, self.sched_cfg)
         started = apply_plan(self.state, plan, t, shell_reasons)
+        self.preempt(getattr(plan, "preemptions", ()) or (), t)
         if started:
             crash_point("after_start_commit")  # starts committed, launches not yet sent
         for job in started:
@@ -234,19 +245,41 @@ class Controller:
         self.stats["starts"] += len(started)
         self.stats["last_cycle_ms"] = (time.perf_counter() - t0) * 1000
 
+    def preempt(self, preemptions, t: int) -> None:
+        """Plan.preemptions become ``Preempt`` events: REQUEUE puts the victim back in the
+        queue under the same id, CANCEL ends it PREEMPTED; with GraceTime the victim gets
+        SIGTERM now and a timer kills it when the grace time is over. A victim already in its
+        grace time is not preempted again."""
+        if not preemptions:
+            return
+        seen: set[int] = set()
+        with self.applier.transaction():  # one commit; signals, kills and timers after it
+            for p in preemptions:
+                job = self.state.jobs.get(p.victim)
+                if job is None or job.state != RUNNING or job.completing \
+                        or p.victim in self.applier.armed or p.victim in seen:
+                    continue
+                seen.add(p.victim)
+                self.applier.job(job, events.Preempt(p.mode, p.preemptor, p.grace), t)
+
     async def _periodic(self) -> None:
         while True:
             await asyncio.sleep(PERIODIC_S)
             try:
-                t = now()
-                self.state.purge_old(t)
-                self.check_agents(t)
-                self.enforce_interactive_limits(t)
-                self.steps.tick(t)  # --signal warnings and time limits for steps (steps.py)
-                self.prologs.tick(t)  # overdue epilogs (prologs.py)
-                self.request_schedule()
+                self.tick()
             except Exception:
                 log.exception("periodic pass failed")
+
+    def tick(self) -> None:
+        """The once-a-second duties at the clock's present (the in-process tests call it after
+        moving a virtual clock): purge, silent agents, time limits, overdue epilogs."""
+        t = now()
+        self.state.purge_old(t)
+        self.check_agents(t)
+        self.enforce_interactive_limits(t)
+        self.steps.tick(t)  # --signal warnings and time limits for steps (steps.py)
+        self.prologs.tick(t)  # overdue epilogs (prologs.py)
+        self.request_schedule()
 
     # ---- client connections --------------------------------------------------------------
     # Nothing a peer sends may raise out of these coroutines: every connection ends with a
@@ -259,7 +292,7 @@ class Controller:
             return False
         if not self.operators:
             return True
-        t = time.monotonic()
+        t = clocks.monotonic()
         hit = self._limited_cache.get(uid)
         if hit is None or t - hit[1] > 60:
             if len(self._limited_cache) > 10_000:
@@ -297,7 +330,7 @@ class Controller:
 
     def _warn_limited(self, kind: str, fmt: str, *args) -> None:
         """A warning at most every 10 s per kind: a flood must not fill the log (or the disk)."""
-        t = time.monotonic()
+        t = clocks.monotonic()
         last, skipped = self._warned.get(kind, (0.0, 0))
         if t - last < 10:
             self._warned[kind] = (last, skipped + 1)
@@ -367,7 +400,7 @@ class Controller:
             self._warn_limited("auth", "refused TCP peer %s: bad frame: %s", peer, exc)
             await self._refuse(link, exc.code, f"bad frame: {exc}")
             return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._warn_limited("auth", "refused TCP peer %s: no handshake within %ss", peer,
                                HANDSHAKE_TIMEOUT)
             return
@@ -422,7 +455,7 @@ class Controller:
                     await self._refuse(link, exc.code, f"bad frame: {exc}" if exc.code !=
                                        "busy" else str(exc))
                     break
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 if msg is None:
                     break
@@ -458,7 +491,7 @@ class Controller:
     def _dispatch(self, msg: dict, uid: int, gid: int, conn=None):
         self.stats["rpcs"] += 1
         op = msg.get("op")
-        handler = handlers.OPS.get(op) if isinstance(op, str) else None
+        handler = ops.OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             shown = op if isinstance(op, str) and len(op) <= 64 else type(op).__name__
             return {"ok": False, "code": "invalid_request",
@@ -503,26 +536,16 @@ class Controller:
         node = self.state.nodes.get(name) if isinstance(name, str) else None
         try:
             reg = await asyncio.wait_for(link.recv(), HANDSHAKE_TIMEOUT)
-        except (BadFrame, asyncio.TimeoutError, ConnectionError, OSError,
-                asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, BadFrame, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             log.warning("agent %r sent no registration: %s", name, exc or type(exc).__name__)
             return
         if node is None or not isinstance(reg, dict) or reg.get("op") != "agent_register" \
                 or reg.get("node") != name:
             await self._refuse(link, "invalid_nodelist", f"unknown node {name!r}"[:200])
             return
-        old = self.agents.get(name)
-        if old is not None:
-            old.writer.close()
+        assert isinstance(name, str)  # the node was found by it
         agent = AgentLink(self, name, link, key)
-        self.agents[name] = agent
-        reply, kill = self.register_agent(node, reg)
-        agent.send(reply)
-        if kill:
-            agent.send({"op": "kill_list", "jobs": kill})
-        for msg in self.outbox.pop(name, []):
-            agent.send(msg)
-        self.request_schedule()
+        self.agent_attached(node, agent, reg)
         try:
             while True:
                 msg = await link.recv()
@@ -532,11 +555,32 @@ class Controller:
         except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
             log.warning("agent %s link broken: %s", name, exc)
         finally:
-            if self.agents.get(name) is agent:
-                del self.agents[name]
-                node.connected = False
-                self.state.event(None, "node_not_responding", "agent disconnected", node=name)
+            self.agent_detached(node, agent)
             link.close()
+
+    def agent_attached(self, node, agent, reg: dict) -> None:
+        """``agent`` (anything with ``send(msg)`` and ``writer.close()``: an AgentLink, or the
+        in-process tests' fake) is now ``node``'s link: it replaces an older one, gets the
+        registration reply, the jobs it must kill and what waited in the outbox."""
+        old = self.agents.get(node.name)
+        if old is not None:
+            old.writer.close()
+        self.agents[node.name] = agent
+        reply, kill = self.register_agent(node, reg)
+        agent.send(reply)
+        if kill:
+            agent.send({"op": "kill_list", "jobs": kill})
+        for msg in self.outbox.pop(node.name, []):
+            agent.send(msg)
+        self.request_schedule()
+
+    def agent_detached(self, node, agent) -> None:
+        """``agent``'s link is gone (unless a newer link already replaced it): the node is
+        not responding; SlurmdTimeout later (check_agents) it is DOWN."""
+        if self.agents.get(node.name) is agent:
+            del self.agents[node.name]
+            node.connected = False
+            self.state.event(None, "node_not_responding", "agent disconnected", node=node.name)
 
     def job_cred(self, node: str, msg: dict, ckey: bytes) -> dict:
         """The job credential for ``msg`` to ``node``, for the job's uid/gid (those of the
@@ -544,7 +588,7 @@ class Controller:
         if msg.get("op") in ("launch", "launch_step", "prolog", "epilog"):
             uid, gid = msg.get("uid"), msg.get("gid")
         else:
-            job = self.state.jobs.get(msg.get("job_id"))
+            job = self._job_named(msg)
             uid, gid = (job.uid, job.gid) if job is not None else (None, None)
         return auth.mint_job_cred(ckey, msg, node, uid, gid)
 
@@ -611,7 +655,7 @@ class Controller:
             node.cpu_load = msg.get("load")
             node.free_mem = msg.get("free_mem")
         elif op == "job_started":
-            job = self.state.jobs.get(msg.get("job_id"))
+            job = self._job_named(msg)
             if job is not None and job.restarts == msg.get("run", 0) and not job.launch_confirmed:
                 job.launch_confirmed = True
                 self.state.save(job)
@@ -655,8 +699,7 @@ class Controller:
         for job in list(self.state.jobs.values()):
             if (not job.batch and job.state == RUNNING and not job.completing
                     and job.end_time is not None and t >= job.end_time):
-                self.kill_running(job, final_state="TIMEOUT", by_uid=None, why="timeout")
-                self.state.event(job, "timeout", "time limit reached")
+                self.applier.job(job, events.Timeout(), t)
 
     def check_agents(self, t: int) -> None:
         """A node whose agent has been silent for SlurmdTimeout is DOWN ("Not responding"):
@@ -673,52 +716,29 @@ class Controller:
                 self.node_failed(node, "Not responding", user="slurm", auto=True)
 
     def node_failed(self, node, reason: str, user: str, auto: bool = False) -> None:
+        """The node is DOWN (``NodeDown``, node machine): its jobs fail in the same commit."""
         t = now()
-        node.down = True
-        node.down_auto = auto
-        node.reason, node.reason_user, node.reason_time = reason, user, t
-        with self.state.store.transaction():
-            self.state.store.put_node(node.name, node.admin_record())
-            self.state.event(None, "node_down", reason, node=node.name)
-            for jid in sorted(node.jobs):
-                job = self.state.jobs.get(jid)
-                if job is not None and (job.state == RUNNING or job.completing):
-                    self.job_node_failed(job, node.name)
+        with self.applier.transaction():  # one commit; kills and wake-ups leave after it
+            self.applier.node(node, events.NodeDown(reason, user, auto), t)
         self.request_schedule()
 
-    def job_node_failed(self, job, node_name: str) -> None:
-        """One of the job's nodes died: requeue (batch, requeue allowed) or NODE_FAIL."""
-        t = now()
-        others = {a["node"] for a in job.alloc} - {node_name}
+    def fail_jobs_on(self, node, t: int) -> None:
+        """``FailJobs``: the jobs still running (or completing) on a node that went down."""
+        for jid in sorted(node.jobs):
+            job = self.state.jobs.get(jid)
+            if job is not None and (job.state == RUNNING or job.completing):
+                self.job_node_failed(job, node.name, t)
+
+    def job_node_failed(self, job, node_name: str, t: int) -> None:
+        """One of the job's nodes died: requeue (batch, requeue allowed) or NODE_FAIL, as the
+        job machine decides (``NodeFailed``). Its steps end first, as lost: their records and
+        the end of an allocation being torn down see the job as it was."""
         self.steps.forget_job(job.job_id)
         self.usage.forget(job.job_id)
-        self.state.release(job)
-        for n in others:  # kill what is left of it on the nodes that are still alive
-            self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": job.restarts,
-                                  "why": "node_fail"})
-        if job.completing and job.state != RUNNING and not job.requeue_pending:
-            lifecycle.finish(job, exit_code=0, signal=0, timed_out=False, now=t)
-        elif job.batch and job.requeue:
-            job.state = "NODE_FAIL"
-            job.end_time = t
-            prev = lifecycle.requeue(job, now=t, delay=self.requeue_delay,
-                                     hold=job.requeue_hold,
-                                     held_desc="job requeued in held state" if job.requeue_hold else None)
-            prev["state"] = "NODE_FAIL"
-            job.requeue_pending = job.requeue_hold = False
-            self.state.store.put_run(job.job_id, job.restarts - 1, prev)
-            self.state.store.put_step(job.job_id, "batch", {
-                "job_id": job.job_id, "step_id": "batch", "name": "batch", "state": "CANCELLED",
-                "exit_code": 0, "exit_signal": 9, "start_time": prev.get("start_time"), "end_time": t,
-                "node_list": prev.get("batch_host"), "num_nodes": 1, "num_cpus": 1, "num_tasks": 1,
-                "tres_alloc": None})
-            self.state.event(job, "requeued", f"node {node_name} failed")
-        else:
-            lifecycle.node_failed(job, node=node_name, now=t)
-            self.state.event(job, "node_fail", f"node {node_name} failed")
-        job.failed_node = node_name
-        self.state.save(job)
-        self.steps.notify(job)
+        try:
+            self.applier.job(job, events.NodeFailed(node_name), t)
+        except jobfsm.Refused:
+            pass  # its last step's end just finished it
 
     def send_to_node(self, node: str, msg: dict) -> None:
         msg = self.prologs.decorate(node, msg)
@@ -752,61 +772,32 @@ class Controller:
     def launch(self, job) -> None:
         self.send_to_node(job.batch_host, self.launch_message(job))
 
+    def _job_named(self, msg: dict) -> Job | None:
+        """The job a node's message names by ``job_id`` (None: no such job, or not an id)."""
+        jid = msg.get("job_id")
+        return self.state.jobs.get(jid) if isinstance(jid, int) else None
+
     def job_ended(self, node_name: str, res: dict) -> None:
+        """The agent's end report: validated here, decided by the job machine (``Ended``),
+        committed and acted on by the applier."""
         crash_point("before_end_commit")  # the agent reported an end; nothing committed yet
-        job = self.state.jobs.get(res.get("job_id"))
+        job = self._job_named(res)
         if job is None or job.batch_host != node_name or job.restarts != res.get("run", 0):
             return  # unknown, or a report of an older run we already closed
-        if not job.batch:
-            if job.completing and not any(s.job_id == job.job_id for s in self.steps.steps.values()):
-                self.steps.forget_job(job.job_id)
-                lifecycle.finish(job, exit_code=job.exit_code, signal=job.exit_signal,
-                                 timed_out=False, now=now())
-                self.state.release(job)
-                self.state.save(job)
-                self.steps.notify(job)
-                self.request_schedule()
-            return
-        if not (job.state == RUNNING or job.completing):
+        if job.batch and not (job.state == RUNNING or job.completing):
             return  # duplicate report
-        t = now()
-        step = lifecycle.finish(job, exit_code=int(res.get("exit_code") or 0),
-                                signal=int(res.get("signal") or 0),
-                                timed_out=bool(res.get("timed_out")), now=t,
-                                end_time=res.get("end_time"),
-                                launch_failed=bool(res.get("launch_failed")),
-                                oom=bool(res.get("oom_kills")))
-        self.state.release(job)
-        # steps still running when the batch script ends are killed (Slurm does the same)
-        for n in {a["node"] for a in job.alloc} - {node_name}:
-            if any(s.job_id == job.job_id for s in self.steps.steps.values()):
-                self.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": res.get("run", 0),
-                                      "why": "cancel"})
-        code = int(res.get("exit_code") or 0)
-        if job.requeue and not job.requeue_pending and job.state == "FAILED" and code:
-            # RequeueExit / RequeueExitHold (states.md §6): the exit code asks for another run
-            if code in self.cfg.requeue_exit_hold:
-                job.requeue_pending, job.requeue_hold = True, True
-            elif code in self.cfg.requeue_exit:
-                job.requeue_pending = True
-        with self.state.store.transaction():
-            self.state.store.put_step(job.job_id, "batch", step)
-            self.usage.finish(job.job_id, "batch", {node_name: res.get("usage")})
-            if job.requeue_pending:
-                job.requeue_pending = False
-                prev = lifecycle.requeue(job, now=t, delay=self.requeue_delay,
-                                         hold=job.requeue_hold,
-                                         held_desc="job requeued in held state" if job.requeue_hold else None)
-                job.requeue_hold = False
-                self.state.store.put_run(job.job_id, job.restarts - 1, prev)
-                self.state.event(job, "requeued", f"run {job.restarts - 1} ended")
-            else:
-                self.state.event(job, "ended", f"{job.state} {job.exit_code}:{job.exit_signal}"
-                                 + (" (processes lost)" if res.get("lost") else "")
-                                 + (f" ({str(res['launch_error'])[:200]})"
-                                    if res.get("launch_error") else ""))
-            self.state.save(job)
-        self.request_schedule()
+        steps_running = any(s.job_id == job.job_id for s in self.steps.steps.values())
+        event = events.Ended(
+            node=node_name, exit_code=int(res.get("exit_code") or 0),
+            signal=int(res.get("signal") or 0), timed_out=bool(res.get("timed_out")),
+            end_time=res.get("end_time"), launch_failed=bool(res.get("launch_failed")),
+            oom=bool(res.get("oom_kills")), lost=bool(res.get("lost")),
+            launch_error=res.get("launch_error"), usage=res.get("usage"),
+            steps_running=steps_running)
+        try:
+            self.applier.job(job, event, now())
+        except jobfsm.Refused:
+            pass  # an allocation's end report before it is being torn down
 
     def kill_running(self, job, *, final_state: str, by_uid: int | None, why: str) -> None:
         """Terminate a running job: state decided now, resources held until confirmed."""

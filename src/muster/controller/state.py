@@ -11,17 +11,13 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import time
 
+from muster.common.clock import now  # noqa: F401 - re-exported: controller modules import it here
 from muster.common.hostlist import compress
 from muster.common.units import tres_string
 from muster.controller.nodes import NodeRuntime
 from muster.lifecycle import deps as depmod
 from muster.model.job import PENDING, RUNNING, Job
-
-
-def now() -> int:
-    return int(time.time())
 
 
 def identity(uid: int, gid: int | None = None) -> dict:
@@ -98,13 +94,16 @@ class ClusterState:
     def save(self, job: Job) -> None:
         """Persist a changed job. Every change of a job goes through here, so this is also
         where derived caches of it are dropped, and where --mail-type events are noticed
-        (before the store, so that what was mailed is stored with the change)."""
+        (before the store, so that what was mailed is stored with the change). It is also
+        the usage event: a run that stopped is charged to fair-share here, in the change's
+        transaction (Accounts.job_saved), so reading usage never has to write."""
         self.view_cache.pop(job.job_id, None)
         if job.mail_type:
             self.mailer.on_save(job)
         self.store.put_job(job.to_store())
         if self.accounts.pending_extra:
             self.accounts.on_save(job)  # e.g. --reservation, stored with the new job
+        self.accounts.job_saved(job, now())
 
     def event(self, job: Job | None, event: str, detail: str = "", node: str | None = None) -> None:
         self.store.add_event(now(), event, detail, job.job_id if job else None, node)
@@ -168,10 +167,12 @@ class ClusterState:
         job = self.find(job_id)
         return [job] if job is not None else []
 
-    def evaluate_dependency(self, job: Job, t: int) -> str:
-        """Update ``job.dependency`` display; return SATISFIED, WAITING or FAILED."""
+    def dependency_state(self, job: Job, t: int) -> tuple[str, str | None]:
+        """(SATISFIED, WAITING or FAILED; the display of the unmet terms) of a job's
+        dependency at ``t``. A pure read: the job's fields are changed only by
+        :meth:`resolve_dependencies`."""
         if not job.dep_terms:
-            return depmod.SATISFIED
+            return depmod.SATISFIED, job.dependency
 
         def singleton_clear() -> bool:
             for other in self.jobs.values():
@@ -183,12 +184,36 @@ class ClusterState:
                     return False
             return True
 
-        state, shown = depmod.evaluate(job.dep_terms, job.dep_any, self.dep_lookup,
-                                       singleton_clear, t)
-        job.dependency = shown
-        if state == depmod.SATISFIED:
-            job.dep_terms = None
-        return state
+        return depmod.evaluate(job.dep_terms, job.dep_any, self.dep_lookup, singleton_clear, t)
+
+    def evaluate_dependency(self, job: Job, t: int) -> str:
+        """SATISFIED, WAITING or FAILED (a pure read, see :meth:`dependency_state`)."""
+        return self.dependency_state(job, t)[0]
+
+    def dependency_changes(self, t: int) -> list[tuple[Job, str, str | None]]:
+        """(job, state, display) of the pending jobs whose stored dependency no longer shows
+        what the referenced jobs (or the clock, for ``after:+N`` and ``singleton``) say. A
+        pure read; :meth:`resolve_dependencies` applies it."""
+        out = []
+        for job in self.jobs.values():
+            if job.state != PENDING or not job.dep_terms or job.hold or (
+                    job.begin_time is not None and job.begin_time > t):
+                continue  # as blocked_reason: a held or not yet begun job waits for that
+            st, shown = self.dependency_state(job, t)
+            if shown != job.dependency or st == depmod.SATISFIED:
+                out.append((job, st, shown))
+        return out
+
+    def resolve_dependencies(self, changes: list[tuple[Job, str, str | None]]) -> None:
+        """The dependency event, run by the controller's tick before each scheduling pass
+        (never by a snapshot), in the caller's transaction: each job of ``changes``
+        (:meth:`dependency_changes`) stores its new display; a met dependency is dropped
+        (``dep_terms`` None, Slurm shows ``(null)``)."""
+        for job, st, shown in changes:
+            job.dependency = shown
+            if st == depmod.SATISFIED:
+                job.dep_terms = None
+            self.save(job)
 
     def node_list_of(self, names) -> str:
         order = self.cfg.node_order()

@@ -19,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import time
 
-from muster.common import cpubind
+from muster.common import clock, cpubind
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.common.hostlist import compress_counts, expand
-from muster.controller.jobenv import user_env_for_step
+from muster.common.torchenv import user_env_for_step
 from muster.core.steplayout import AllocNode, StepError, StepRequest, layout
 from muster.model.job import PENDING, RUNNING, TERMINAL
 
@@ -38,7 +37,7 @@ class Step:
         self.layout = lay
         self.nodes = [n.node for n in lay.nodes]
         self.reports: dict[str, dict] = {}
-        self.start_time = int(time.time())
+        self.start_time = clock.now()
         self.port = port
         self.overlap = overlap
         self.state = RUNNING
@@ -88,7 +87,7 @@ class StepManager:
                 # a started job whose prologs run is not granted yet: no timeout then (the
                 # prologs' own timeouts bound the wait; the gate's opening notifies us)
                 return await asyncio.wait_for(fut, None if gated(job_id) else timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if not gated(job_id):
                     return self.ctl.state.jobs.get(job_id)
 
@@ -101,7 +100,7 @@ class StepManager:
         if job.batch:
             raise RequestError("not an interactive allocation", "invalid_request")
         if job.state == PENDING:
-            lifecycle.cancel_pending(job, by_uid=uid, now=int(time.time()))
+            lifecycle.cancel_pending(job, by_uid=uid, now=clock.now())
             st.save(job)
             self.notify(job)
             return
@@ -118,7 +117,7 @@ class StepManager:
                 st.save(job)
             else:
                 lifecycle.finish(job, exit_code=exit_code, signal=signal, timed_out=False,
-                                 now=int(time.time()))
+                                 now=clock.now())
                 st.release(job)
                 st.save(job)
             st.event(job, "released", f"exit {exit_code}:{signal}")
@@ -181,7 +180,7 @@ class StepManager:
             })
             _add_torch(env, torch_vars, {"NODE_RANK": str(idx), "GROUP_RANK": str(idx),
                                          "LOCAL_WORLD_SIZE": str(len(ns.tasks))})
-            job_gpus = next((a["gpus"] for a in job.alloc if a["node"] == ns.node), [])
+            job_gpus: list[int] = next((a["gpus"] for a in job.alloc if a["node"] == ns.node), [])
             if job_gpus:
                 env["SLURM_JOB_GPUS"] = ",".join(map(str, job_gpus))
             if ns.gpus:
@@ -217,7 +216,7 @@ class StepManager:
     def step_env(self, job, step, req: dict, nodes_expr: str,
                  master_addr: str) -> tuple[dict, tuple[str, ...]]:
         """The environment common to all the step's tasks, and the PyTorch variables Muster
-        adds (jobenv.user_env_for_step: only those absent from srun's environment; the rest
+        adds (torchenv.user_env_for_step: only those absent from srun's environment; the rest
         of them are set per node here and per task by the step daemon). SLURM_* variables are
         always the step's, replacing those srun inherited from its job or an outer step."""
         base, torch_vars = user_env_for_step(req.get("env") or {})
@@ -383,7 +382,7 @@ class StepManager:
 
     def node_report(self, node: str, rep: dict) -> None:
         """One node's report of a step's end."""
-        key = (rep.get("job_id"), rep.get("step_id"))
+        key: tuple = (rep.get("job_id"), rep.get("step_id"))  # as reported: may match nothing
         step = self.steps.get(key)
         if step is None or node not in step.nodes or node in step.reports:
             return
@@ -418,8 +417,9 @@ class StepManager:
         if job is None:
             return
         rec = self._record(job, step, {"state": state, "exit_code": exit_code, "exit_signal": sig,
-                                       "end_time": max((r.get("end_time") or 0) for r in step.reports.values())
-                                       or int(time.time())})
+                                       "end_time": max((r.get("end_time") or 0)
+                                                       for r in step.reports.values())
+                                       or clock.now()})
         with st.store.transaction():
             st.store.put_step(job.job_id, str(step.step_id), rec)
             self.ctl.usage.finish(job.job_id, step.step_id,
@@ -432,7 +432,7 @@ class StepManager:
                     s.job_id == job.job_id for s in self.steps.values()):
                 from muster.lifecycle import job as lifecycle
                 lifecycle.finish(job, exit_code=job.exit_code, signal=job.exit_signal,
-                                 timed_out=False, now=int(time.time()))
+                                 timed_out=False, now=clock.now())
                 st.release(job)
                 st.save(job)
                 self.ctl.request_schedule()
@@ -493,8 +493,8 @@ def _step_request(req: dict) -> StepRequest:
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0 or v > 1 << 20):
             raise RequestError(f"invalid {k}", "invalid_request")
         return v
-    nodelist = ()
-    exclude = ()
+    nodelist: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
     try:
         if req.get("nodelist"):
             nodelist = tuple(expand(req["nodelist"]))

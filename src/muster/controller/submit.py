@@ -21,7 +21,9 @@ import grp
 import os
 import posixpath
 import pwd
+from typing import Any
 
+from muster.common import gresspec
 from muster.common.errors import RequestError
 from muster.common.patterns import expand_pattern
 from muster.common.units import tres_string
@@ -86,18 +88,14 @@ def check_types(req: object) -> dict:
     if not isinstance(argv, list) or len(argv) > 65536 or not all(
             isinstance(a, str) and "\0" not in a for a in argv):
         raise _bad("argv must be a list of strings")
-    gres = req.get("gres") or []
-    if not isinstance(gres, list) or len(gres) > 16:
+    shape = gresspec.valid_gres_list(req.get("gres") or [], MAX_INT)
+    if shape is None:
         raise _bad("gres must be a list")
-    for g in gres:
-        if not (isinstance(g, dict) and isinstance(g.get("name"), str)
-                and _int_ok(g.get("count", 1)) and (g.get("type") is None
-                                                    or isinstance(g.get("type"), str))):
-            raise RequestError(None, "invalid_gres")
+    if not shape:
+        raise RequestError(None, "invalid_gres")
     for f in ("gpus", "gpus_per_task"):
         g = req.get(f)
-        if g is not None and not (isinstance(g, dict) and _int_ok(g.get("count"))
-                                  and (g.get("type") is None or isinstance(g.get("type"), str))):
+        if g is not None and not gresspec.valid_typed_count(g, MAX_INT):
             raise RequestError(None, "invalid_gres")
     sig = req.get("signal")
     if sig is not None and not (isinstance(sig, dict) and _int_ok(sig.get("signal"))
@@ -244,15 +242,16 @@ def _digits(s: str) -> bool:
     return s.isascii() and s.isdigit()
 
 
-def build_job(req: dict, script: str, env: dict, *, ident: dict, cluster, now: int,
-              accounts: set[str], qos_names: set[str], fits_ever, job_lookup,
+def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster, now: int,
+              accounts: Any, qos_names: set[str], fits_ever, job_lookup,
               batch: bool = True, privileged: bool = False, job_id: int = 0) -> Job:
     """Validate and build a pending Job (without id). ``ident``: uid, gid, user, group, groups.
     ``fits_ever(job, partition) -> str|None`` says whether the request can ever fit there.
     ``job_lookup(job_id) -> Job|dict|None`` resolves dependency targets. ``privileged``: the
     caller is an operator (may ask for a negative nice). ``job_id``: set only when an existing
     job is re-validated (scontrol update, with ``job_request``): the job is not counted twice
-    against submit limits."""
+    against submit limits. ``accounts``: the account names, or the controller's associations
+    (muster.controller.accounts.Accounts, which check more)."""
     check_types(req)
     cfg = cluster
     if batch:
@@ -654,6 +653,7 @@ def expand_io_paths(job: Job) -> None:
         return path if os.path.isabs(path) else posixpath.join(job.work_dir, path)
 
     out, err, inp = job.io_patterns
+    assert out is not None and inp is not None  # only -e may be unset (then it follows -o)
     job.std_out = exp(out)
     job.std_err = exp(err) if err else job.std_out
     job.std_in = exp(inp) if inp != "/dev/null" else inp

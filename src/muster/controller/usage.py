@@ -24,7 +24,7 @@ name, ``*_task`` a global task id.
 from __future__ import annotations
 
 from muster.common.errors import RequestError
-from muster.controller.handlers import BOOL, ID, REQUEST_FIELDS, op
+from muster.controller.opspec import BOOL, ID, REQUEST_FIELDS, op
 
 TASK_FIELDS = ("user_ms", "sys_ms", "rss", "max_rss", "vmem", "max_vmem", "pages", "read",
                "write", "cpu_util", "gpumem", "gpuutil", "max_gpuutil")
@@ -76,8 +76,8 @@ def _value(t: dict, key: str | None) -> int:
 
 def _stats(tasks: list[tuple[str, dict]], names: dict) -> dict:
     """max/min (with where) and tot/ave of each TRES over ``(node, task record)`` pairs."""
-    st = {k: {} for k in ("max", "max_node", "max_task", "min", "min_node", "min_task",
-                          "tot", "ave")}
+    st: dict[str, dict] = {k: {} for k in ("max", "max_node", "max_task", "min", "min_node",
+                                            "min_task", "tot", "ave")}
     for name, (peak_key, sum_key) in names.items():
         tot = 0
         for node, t in tasks:
@@ -214,7 +214,7 @@ def _find(ctl, job_id: int, task: int | None):
 
 def _running_steps(ctl, job) -> dict:
     """step id -> (node list, task count) of the job's running steps."""
-    out = {}
+    out: dict = {}
     if job.state != "RUNNING":
         return out
     if job.batch and job.batch_host and not job.completing:

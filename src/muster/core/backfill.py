@@ -36,13 +36,14 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from .limits import LimitChecker, job_tres
-from .placement import Allocation, NodeAlloc, Request, request_of
-from .snapshot import JobView, PartitionView, SchedConfig, Snapshot
-from .timeline import INF, Shape, Timeline, gpu_mask, mask_gpus
+from .placement import Allocation, NodeAlloc, Request, fixed_tpn, request_of
+from .snapshot import JobView, PartitionView, RunningView, SchedConfig, Snapshot
+from .timeline import INF, Fitting, Shape, Timeline, gpu_mask, mask_gpus
 from .topology import Topology
 
 __all__ = ["Result", "YEAR", "estimate", "node_tasks", "plan_shape", "run", "running_end"]
@@ -52,7 +53,8 @@ YEAR = 365 * 86400
 
 @dataclass(slots=True)
 class Result:
-    starts: list = field(default_factory=list)  # (job, partition, Allocation, scheduler, limit)
+    # (job, partition, Allocation, scheduler, granted limit or None)
+    starts: list[tuple[JobView, str, Allocation, str, int | None]] = field(default_factory=list)
     expected: dict[int, int] = field(default_factory=dict)
     sched_nodes: dict[int, tuple[str, ...]] = field(default_factory=dict)
     timeline: Timeline | None = None
@@ -68,7 +70,7 @@ def estimate(job: JobView, part: PartitionView) -> int:
     return YEAR if lim is None else max(1, lim) * 60
 
 
-def running_end(r, part: PartitionView | None, now: int, cfg: SchedConfig) -> int:
+def running_end(r: RunningView, part: PartitionView | None, now: int, cfg: SchedConfig) -> int:
     end = r.end_time
     if end is None:
         mt = part.max_time if part is not None else None
@@ -88,7 +90,7 @@ def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int]
     if rq.tasks_mode == "one":
         t, k = 1, rq.lo
     elif rq.tasks_mode == "fixed":
-        t, k = rq.tpn, rq.lo
+        t, k = fixed_tpn(rq), rq.lo
     else:
         t, k = rq.ntasks, 1
         if rq.tpn is not None and rq.tpn < t:
@@ -114,11 +116,11 @@ class _Planner:
 
     def __init__(self, tl: Timeline, topo: Topology | None, now: int) -> None:
         self.tl, self.topo, self.now = tl, topo, now
-        self.cands: dict[tuple, list[int]] = {}
-        self.maxn: dict[tuple, tuple[int, int, int]] = {}
+        self.cands: dict[Hashable, list[int]] = {}
+        self.maxn: dict[Hashable, tuple[int, int, int]] = {}
 
-    def candidates(self, job: JobView, rq: Request, part: PartitionView, hidden: frozenset,
-                   hv: int) -> tuple[tuple, list[int]]:
+    def candidates(self, job: JobView, rq: Request, part: PartitionView, hidden: frozenset[int],
+                   hv: int) -> tuple[Hashable, list[int]]:
         cons = job.constraint
         ck = (part.name, cons, rq.gpu_type, job.exc_nodes, hv)
         got = self.cands.get(ck)
@@ -144,7 +146,7 @@ class _Planner:
                              max((c[2] for c in caps), default=0))
         return ck, got
 
-    def find(self, job: JobView, rq: Request, ck: tuple, cands: list[int], d: int,
+    def find(self, job: JobView, rq: Request, ck: Hashable, cands: list[int], d: int,
              horizon: int, cfg: SchedConfig) -> tuple[int, Callable[[], Allocation]] | None:
         """Earliest start ``T`` and a function that builds the allocation at ``T``: call it
         before the profile changes. Most answers are only an expected start (never
@@ -158,7 +160,10 @@ class _Planner:
                 if not all(pos.get(nm) in set(cands) for nm in job.req_nodes):
                     return None
             got = tl.earliest_general(job, rq, cands, d, horizon)
-            return None if got is None else (got[0], lambda: got[1])
+            if got is None:
+                return None
+            start, placed = got
+            return start, lambda: placed
         shape, k = shaped
         select = retry = None
         if k > 1 and self.topo is not None:
@@ -168,13 +173,13 @@ class _Planner:
             deadline = since + wait if job.switches else 0
             retry = deadline if deadline > self.now else None
 
-            def select(T: int, fitting: list) -> list[int] | None:
+            def select(T: int, fitting: list[Fitting]) -> list[int] | None:
                 cap = job.switches if job.switches and T < deadline else None
                 return topo.select(k, fitting, cap)
-        got = tl.earliest(ck, cands, shape, d, k, horizon, select, retry)
-        if got is None:
+        found = tl.earliest(ck, cands, shape, d, k, horizon, select, retry)
+        if found is None:
             return None
-        T, ps = got
+        T, ps = found
         return T, lambda: _direct(job, rq, shape, tl, sorted(ps), T, d)
 
 
@@ -182,7 +187,7 @@ def node_tasks(rq: Request) -> int:
     """Tasks on each node of a job whose nodes all get the same shape (:func:`plan_shape`)."""
     if rq.tasks_mode == "pack":
         return rq.ntasks
-    return 1 if rq.tasks_mode == "one" else rq.tpn
+    return 1 if rq.tasks_mode == "one" else fixed_tpn(rq)
 
 
 def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int], T: int,
@@ -208,7 +213,7 @@ def _direct(job: JobView, rq: Request, shape: Shape, tl: Timeline, ps: list[int]
 
 def _lowest(mask: int, g: int) -> tuple[int, ...]:
     """The ``g`` lowest GPU indices of ``mask`` (all of them if fewer): ``mask_gpus(mask)[:g]``."""
-    out = []
+    out: list[int] = []
     while mask and len(out) < g:
         low = mask & -mask
         out.append(low.bit_length() - 1)
@@ -230,7 +235,7 @@ def _granted(tl: Timeline, alloc: Allocation, job: JobView, part: PartitionView,
 def run(
     snap: Snapshot,
     cfg: SchedConfig,
-    entries: list,
+    entries: list[tuple[Any, ...]],
     parts: dict[str, PartitionView],
     limits: LimitChecker,
     note: Callable[[int, int, str], None],
@@ -248,11 +253,11 @@ def run(
     res.timeline = tl
     resv = {r.name: r for r in snap.reservations}
     member_tl: dict[str, _Planner] = {}
-    for r in snap.reservations:
-        for nm in r.nodes:
+    for rv in snap.reservations:
+        for nm in rv.nodes:
             p = tl.pos.get(nm)
             if p is not None:
-                tl.block(p, r.start, r.end)
+                tl.block(p, rv.start, rv.end)
     topo = Topology(snap.switches, tl.pos) if snap.switches else None
     main = _Planner(tl, topo, now)
     backfill = cfg.backfill
@@ -261,7 +266,7 @@ def run(
     resolution = max(1, cfg.bf_resolution)
     blocked_parts: set[str] = set()
     blocked_nodes: set[int] = set()
-    hidden: frozenset = frozenset()
+    hidden: frozenset[int] = frozenset()
     hv = 0
     done: set[int] = set()
     left: dict[int, int] = {}
@@ -301,20 +306,23 @@ def run(
         d = estimate(job, part)
         planner, hz = main, horizon
         if job.reservation is not None:
-            r = resv.get(job.reservation)
-            if r is None or not r.admits(job):
-                note(jid, idx, "ReservationInvalid" if r is None else "Reservation")
+            got_rv = resv.get(job.reservation)
+            if got_rv is None or not got_rv.admits(job):
+                note(jid, idx, "ReservationInvalid" if got_rv is None else "Reservation")
                 continue
-            planner = member_tl.get(r.name)
-            if planner is None:
-                sub = Timeline.build(now, [n for n in snap.nodes if n.name in r.nodes],
-                                     [x for x in releases if x[0] in r.nodes])
+            rv = got_rv
+            got_planner = member_tl.get(rv.name)
+            if got_planner is None:
+                sub = Timeline.build(now, [n for n in snap.nodes if n.name in rv.nodes],
+                                     [x for x in releases if x[0] in rv.nodes])
                 for p in range(len(sub.nodes)):
-                    sub.block(p, now, r.start)
-                    sub.block(p, r.end, INF)
-                planner = member_tl[r.name] = _Planner(sub, topo and Topology(snap.switches, sub.pos), now)
-            d = max(1, min(d, r.end - max(now, r.start)))
-            hz = max(horizon, min(r.start, now + cfg.bf_window * 60)) if backfill else now
+                    sub.block(p, now, rv.start)
+                    sub.block(p, rv.end, INF)
+                got_planner = member_tl[rv.name] = _Planner(
+                    sub, topo and Topology(snap.switches, sub.pos), now)
+            planner = got_planner
+            d = max(1, min(d, rv.end - max(now, rv.start)))
+            hz = max(horizon, min(rv.start, now + cfg.bf_window * 60)) if backfill else now
         ck, cands = planner.candidates(job, rq, part, hidden if planner is main else frozenset(), hv)
         if job.req_nodes and not job.req_nodes <= {planner.tl.nodes[p].name for p in cands}:
             why = classify(job, pname)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .snapshot import AssocView
 
@@ -42,7 +42,8 @@ def decay(usage: float, elapsed: int, half_life: int) -> float:
     """``usage`` after ``elapsed`` seconds with PriorityDecayHalfLife ``half_life``."""
     if half_life <= 0 or elapsed <= 0:
         return usage
-    return usage * 2.0 ** (-elapsed / half_life)
+    factor: float = 2.0 ** (-elapsed / half_life)
+    return usage * factor
 
 
 def billing(tres: Mapping[str, float], weights: Mapping[str, float] | None = None,
@@ -68,7 +69,7 @@ class Node:
     shares: int
     raw: float  # own raw usage
     usage: float = 0.0  # subtree usage
-    children: list = None  # type: ignore[assignment]
+    children: list[Node] = field(default_factory=list)
     parent: Node | None = None
 
     @property
@@ -85,7 +86,7 @@ def tree(assocs: Iterable[AssocView]) -> Node:
     assocs = list(assocs)
     root_rec = next((a for a in assocs if a.key == ("root", None)), None)
     root = Node(("root", None), 1, root_rec.raw_usage if root_rec else 0.0, children=[])
-    nodes: dict[tuple, Node] = {("root", None): root}
+    nodes: dict[tuple[str, str | None], Node] = {("root", None): root}
     for a in assocs:
         if a.key != ("root", None):
             nodes[a.key] = Node(a.key, a.shares, a.raw_usage, children=[])
@@ -152,7 +153,7 @@ def fair_tree(assocs: Iterable[AssocView] | Node) -> dict[tuple[str, str], float
             grp = groups[v]
             tied_users = [s for s in grp if s.is_user]
             for u in tied_users:
-                out[u.key] = rank[0] / n_users
+                out[(u.key[0], u.name)] = rank[0] / n_users  # (a user: name is key[1])
             rank[0] -= len(tied_users)
             merged = [c for s in grp if not s.is_user for c in s.children]
             if merged:
@@ -176,7 +177,7 @@ def classic(assocs: Iterable[AssocView] | Node, damping: float = 1.0) -> dict[tu
             UA = c.usage / total if total > 0 else 0.0
             UE = UA if ue_par is None else UA + (ue_par - UA) * frac
             if c.is_user:
-                out[c.key] = 2.0 ** (-UE / S / damping) if S > 0 else 0.0
+                out[(c.key[0], c.name)] = 2.0 ** (-UE / S / damping) if S > 0 else 0.0
             walk(c, S, UE)
 
     walk(root, 1.0, None)
@@ -210,7 +211,7 @@ def sshare(assocs: Iterable[AssocView], algorithm: str = "fair_tree",
             account=n.key[0], user=n.key[1] or "", raw_shares=n.shares,
             norm_shares=n.shares / tot_s if tot_s > 0 else 0.0,
             raw_usage=n.usage, effectv_usage=n.usage / total if total > 0 else 0.0,
-            fairshare=factors.get(n.key) if n.is_user else None,
+            fairshare=factors.get((n.key[0], n.name)) if n.is_user else None,
             level_fs=level_fs(n) if n.parent is not None else INF,
         ))
         for c in n.children:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Alternative", "Constraint", "ConstraintError", "MAX_LENGTH", "parse", "satisfies",
            "unknown_names"]
@@ -42,7 +43,10 @@ MAX_LENGTH = 1024  # characters of one expression (Slurm keeps features in a sho
 _OPS = "&|*()[]"
 _NAME_BAD = set(_OPS) | set(",!<>=\"'`$\\;") | {" ", "\t", "\n", "\r"}
 
-Pred = tuple  # ("f", name) | ("&", Pred, Pred) | ("|", Pred, Pred)
+Pred = tuple[Any, ...]  # ("f", name) | ("&", Pred, Pred) | ("|", Pred, Pred)
+# parse tree: ("seq", [item...], [op...]) | ("item", node, count | None) | ("name", str)
+# | ("paren", seq) | ("bracket", seq)
+Node = tuple[Any, ...]
 
 
 class ConstraintError(ValueError):
@@ -157,15 +161,16 @@ class _Parser:
         self.i += 1
         return tok
 
-    def seq(self, depth: int) -> tuple:
+    def seq(self, depth: int) -> Node:
         items, ops = [self.item(depth)], []
         while self.peek() in ("&", "|"):
             ops.append(self.take())
             items.append(self.item(depth))
         return ("seq", items, ops)
 
-    def item(self, depth: int) -> tuple:
+    def item(self, depth: int) -> Node:
         tok = self.take()
+        node: Node
         if tok == "(":
             node = ("paren", self.seq(depth + 1))
             if self.take() != ")":
@@ -191,7 +196,7 @@ class _Parser:
         return ("item", node, count)
 
 
-def _pred_of_seq(seq: tuple) -> Pred:
+def _pred_of_seq(seq: Node) -> Pred:
     """A sequence without counts or brackets as one predicate, left to right."""
     _, items, ops = seq
     acc = _pred_of_item(items[0])
@@ -200,7 +205,7 @@ def _pred_of_seq(seq: tuple) -> Pred:
     return acc
 
 
-def _pred_of_item(item: tuple) -> Pred:
+def _pred_of_item(item: Node) -> Pred:
     _, node, count = item
     if count is not None:
         raise ConstraintError("a node count may only be combined with '&'")
@@ -211,7 +216,7 @@ def _pred_of_item(item: tuple) -> Pred:
     return _pred_of_seq(node[1])
 
 
-def _flat_pred(node: tuple) -> Pred:
+def _flat_pred(node: Node) -> Pred:
     """The predicate of a counted atom (``a*2``, ``(a&b)*2``): no counts inside."""
     if node[0] == "name":
         return ("f", node[1])
@@ -220,12 +225,12 @@ def _flat_pred(node: tuple) -> Pred:
     return _pred_of_seq(node[1])
 
 
-def _has_structure(seq: tuple) -> bool:
+def _has_structure(seq: Node) -> bool:
     """Counts or brackets at this level (they need '&' around them)."""
     return any(it[2] is not None or it[1][0] == "bracket" for it in seq[1])
 
 
-def _compile(seq: tuple) -> tuple[Alternative, ...]:
+def _compile(seq: Node) -> tuple[Alternative, ...]:
     if not _has_structure(seq):
         return (Alternative(_pred_of_seq(seq)),)
     if any(op != "&" for op in seq[2]):

@@ -24,7 +24,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from .placement import Allocation, Request
-from .snapshot import AssocView, JobView, PartitionView, QosView, SchedConfig, Snapshot
+from .snapshot import (AssocView, JobView, NodeAlloc, PartitionView, QosView, SchedConfig,
+                       Snapshot)
+
+AssocKey = tuple[str, str | None]  # (account, user), (account, None) for the account itself
 
 __all__ = [
     "LimitChecker", "MSG_ACCOUNT", "MSG_GROUP", "MSG_NODES", "MSG_POLICY", "MSG_QOS",
@@ -87,8 +90,8 @@ def job_tres(job: JobView, rq: Request) -> dict[str, int]:
     return out
 
 
-def alloc_tres(nodes: Iterable) -> dict[str, int]:
-    """TRES held by an allocation (``NodeAlloc``-like items)."""
+def alloc_tres(nodes: Iterable[NodeAlloc]) -> dict[str, int]:
+    """TRES held by an allocation."""
     c = m = g = n = 0
     for a in nodes:
         c += a.cpus
@@ -135,24 +138,25 @@ class LimitChecker:
         self.q_tres: dict[str, dict[str, int]] = {}
         self.qu_jobs: dict[tuple[str, str], int] = {}
         self.qu_tres: dict[tuple[str, str], dict[str, int]] = {}
-        self.a_jobs: dict[tuple, int] = {}
-        self.a_tres: dict[tuple, dict[str, int]] = {}
-        self._chain: dict[tuple[str, str], tuple[tuple, ...]] = {}
+        self.a_jobs: dict[AssocKey, int] = {}
+        self.a_tres: dict[AssocKey, dict[str, int]] = {}
+        self._chain: dict[tuple[str, str], tuple[AssocKey, ...]] = {}
         if self.on:
             for r in snap.running:
                 part = self.parts.get(r.partition)
                 self._charge(r.user, r.account, r.qos, part.qos if part else None,
                              alloc_tres(r.nodes))
 
-    def chain(self, account: str, user: str) -> tuple[tuple, ...]:
+    def chain(self, account: str, user: str) -> tuple[AssocKey, ...]:
         """Association keys from the user's association up to the root account."""
         key = (account, user)
         got = self._chain.get(key)
         if got is None:
-            out = []
+            out: list[AssocKey] = []
             if (account, user) in self.assoc:
                 out.append((account, user))
-            acct, seen = account, set()
+            acct: str | None = account
+            seen: set[str] = set()
             while acct is not None and acct not in seen and (acct, None) in self.assoc:
                 seen.add(acct)
                 out.append((acct, None))
@@ -266,7 +270,7 @@ def submit_check(
     qos: QosView | None = None,
     assocs: Iterable[AssocView] = (),
     user_jobs_in_qos: int = 0,
-    assoc_jobs: Mapping[tuple, int] | None = None,
+    assoc_jobs: Mapping[AssocKey, int] | None = None,
     enforce_part_limits: str = "NO",
     enforce: Iterable[str] = (),
     new_jobs: int = 1,

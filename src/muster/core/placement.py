@@ -60,11 +60,12 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Callable, Iterable, Sequence, Set
 from dataclasses import dataclass, replace
+from typing import Any
 
 from .features import Alternative, satisfies
-from .snapshot import JobView, NodeView, SchedConfig
+from .snapshot import JobView, NodeAlloc, NodeView, SchedConfig
 
 __all__ = [
     "Allocation",
@@ -84,15 +85,6 @@ __all__ = [
 NEVER_NODE_COUNT = "node_count"  # more nodes than the set has (after -x)
 NEVER_REQ_NODES = "req_nodes"  # a -w node is not in the set, or is also excluded
 NEVER_BAD_CONFIG = "bad_node_config"  # no combination of empty nodes can hold it
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAlloc:
-    node: str
-    cpus: int
-    mem: int
-    gpus: tuple[int, ...]
-    tasks: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +165,7 @@ def request_of(job: JobView, cfg: SchedConfig) -> Request:
     return rq
 
 
-def request_key(job: JobView) -> tuple:
+def request_key(job: JobView) -> tuple[Any, ...]:
     """Every field of ``job`` that :func:`request_of` reads: equal keys, equal requests
     under the same config (tests/unit/test_core_placement.py perturbs every other field)."""
     return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
@@ -193,12 +185,13 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         tasks_mode, ntasks = "fixed", lo * tpn
     else:
         tasks_mode, ntasks = "one", lo
-    if _set(job.gpus_per_task):
-        gpu_mode, gpus = "task", job.gpus_per_task
+    gpu_mode: str | None
+    if (g := _set(job.gpus_per_task)) is not None:
+        gpu_mode, gpus = "task", g
     elif job.gpus_per_node > 0:
         gpu_mode, gpus = "node", job.gpus_per_node
-    elif _set(job.gpus_total):
-        gpu_mode, gpus = "total", job.gpus_total
+    elif (g := _set(job.gpus_total)) is not None:
+        gpu_mode, gpus = "total", g
     else:
         gpu_mode, gpus = None, 0
     wants_gpus = gpu_mode is not None
@@ -207,16 +200,16 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         cpt, cpg = max(cpt, gpus * cpg), None
     if job.mem_per_node is not None and job.mem_per_node >= 0:
         mem_mode, mem = ("all", 0) if job.mem_per_node == 0 else ("node", job.mem_per_node)
-    elif _set(job.mem_per_cpu):
-        mem_mode, mem = "cpu", job.mem_per_cpu
-    elif wants_gpus and _set(job.mem_per_gpu):
-        mem_mode, mem = "gpu", job.mem_per_gpu
-    elif wants_gpus and _set(cfg.def_mem_per_gpu):
-        mem_mode, mem = "gpu", cfg.def_mem_per_gpu
-    elif _set(cfg.def_mem_per_cpu):
-        mem_mode, mem = "cpu", cfg.def_mem_per_cpu
-    elif _set(cfg.def_mem_per_node):
-        mem_mode, mem = "node", cfg.def_mem_per_node
+    elif (m := _set(job.mem_per_cpu)) is not None:
+        mem_mode, mem = "cpu", m
+    elif wants_gpus and (m := _set(job.mem_per_gpu)) is not None:
+        mem_mode, mem = "gpu", m
+    elif wants_gpus and (m := _set(cfg.def_mem_per_gpu)) is not None:
+        mem_mode, mem = "gpu", m
+    elif (m := _set(cfg.def_mem_per_cpu)) is not None:
+        mem_mode, mem = "cpu", m
+    elif (m := _set(cfg.def_mem_per_node)) is not None:
+        mem_mode, mem = "node", m
     else:
         mem_mode, mem = "all", 0
     return Request(
@@ -225,6 +218,15 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
         min_cpus=max(0, job.min_cpus), contig=job.contiguous,
     )
+
+
+def fixed_tpn(rq: Request) -> int:
+    """Tasks per node of a ``"fixed"`` request (which always sets ``tpn``)."""
+    return rq.tpn if rq.tpn is not None else 1
+
+
+# a node that can host the request: (node_key, its view, max tasks, max GPUs for --gpus)
+Candidate = tuple[tuple[int, int, int, int, int], NodeView, int, int]
 
 
 def node_key(n: NodeView) -> tuple[int, int, int, int, int]:
@@ -246,7 +248,7 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
     if rq.tasks_mode == "one":
         need = 1
     elif rq.tasks_mode == "fixed":
-        need = rq.tpn
+        need = fixed_tpn(rq)
     else:
         need = 1
         if rq.tpn is not None:
@@ -332,8 +334,8 @@ def _place_alt(job: JobView, rq: Request, nodes: Sequence[NodeView],
     exc, req = job.exc_nodes, job.req_nodes
     gtype = rq.gpu_type
     pred = alt.pred if alt is not None else None
-    required: list[tuple[tuple, NodeView, int, int]] = []
-    others: list[tuple[tuple, NodeView, int, int]] = []
+    required: list[Candidate] = []
+    others: list[Candidate] = []
     for n in nodes:
         if not n.usable or (exc and n.name in exc):
             continue
@@ -367,7 +369,8 @@ def _place_alt(job: JobView, rq: Request, nodes: Sequence[NodeView],
     return _build(job, rq, chosen)
 
 
-def _take_counted(alt: Alternative, required: list, others: list, pack: bool) -> bool:
+def _take_counted(alt: Alternative, required: list[Candidate], others: list[Candidate],
+                  pack: bool) -> bool:
     """Move into ``required`` the nodes each count ``(pred, k)`` still needs: the best ones
     satisfying ``pred`` (best fit for per-node shapes, the largest for packing requests).
     Counts take disjoint nodes; ``-w`` nodes satisfying a pred count for it. False when some
@@ -394,7 +397,8 @@ def _take_counted(alt: Alternative, required: list, others: list, pack: bool) ->
     return True
 
 
-def _choose_fixed(rq: Request, required: list, others: list) -> list | None:
+def _choose_fixed(rq: Request, required: list[Candidate], others: list[Candidate]
+                  ) -> list[Candidate] | None:
     k = max(rq.lo, len(required))
     if rq.hi is not None and k > rq.hi:
         return None
@@ -404,7 +408,8 @@ def _choose_fixed(rq: Request, required: list, others: list) -> list | None:
     return required + heapq.nsmallest(extra, others, key=lambda e: e[0])
 
 
-def _choose_pack(rq: Request, required: list, others: list) -> list | None:
+def _choose_pack(rq: Request, required: list[Candidate], others: list[Candidate]
+                 ) -> list[Candidate] | None:
     pack_t = rq.tasks_mode == "pack"
     pack_g = rq.gpu_mode == "total"
     need_t = rq.ntasks if pack_t else 0
@@ -469,14 +474,15 @@ def _window_bounds(rq: Request, n_required: int) -> tuple[int, int | None, int, 
     return lo, hi, rq.ntasks if pack_t else 0, rq.gpus if pack_g else 0
 
 
-def _prefix(values) -> list[int]:
+def _prefix(values: Iterable[int]) -> list[int]:
     out = [0]
     for v in values:
         out.append(out[-1] + v)
     return out
 
 
-def _choose_contiguous(rq: Request, required: list, others: list) -> list | None:
+def _choose_contiguous(rq: Request, required: list[Candidate], others: list[Candidate]
+                       ) -> list[Candidate] | None:
     """The nodes of a contiguous request (see the module doc): the shortest window of
     consecutive node indices, all fitting, that holds every ``-w`` node and covers the tasks
     and GPUs; among windows of that length, the least free resources (summed ``node_key``),
@@ -550,7 +556,7 @@ def _balance(total: int, caps: list[int]) -> list[int] | None:
     return out
 
 
-def _build(job: JobView, rq: Request, chosen: list) -> Allocation | None:
+def _build(job: JobView, rq: Request, chosen: list[Candidate]) -> Allocation | None:
     if rq.tasks_mode == "pack":
         caps = [e[2] for e in chosen]
         if job.nodes_min > 1 and len(chosen) == job.nodes_min:
@@ -560,7 +566,7 @@ def _build(job: JobView, rq: Request, chosen: list) -> Allocation | None:
         if tasks is None:
             return None
     else:
-        per = 1 if rq.tasks_mode == "one" else rq.tpn
+        per = 1 if rq.tasks_mode == "one" else fixed_tpn(rq)
         tasks = [per] * len(chosen)
     if rq.gpu_mode == "total":
         by_gpus = sorted(range(len(chosen)), key=lambda i: (-chosen[i][3], chosen[i][0]))
@@ -619,7 +625,7 @@ def first_fit(
     gets :func:`place_request` over the same nodes (one O(nodes) pass).
     """
     pack_t = rq.tasks_mode == "pack"
-    need = rq.ntasks if pack_t else (1 if rq.tasks_mode == "one" else rq.tpn)
+    need = rq.ntasks if pack_t else (1 if rq.tasks_mode == "one" else fixed_tpn(rq))
     need_g = rq.gpus if rq.gpu_mode == "total" else 0
     gm = rq.gpu_mode
     g_min = rq.gpus * need if gm == "task" else rq.gpus if gm else 0
@@ -635,7 +641,7 @@ def first_fit(
         return None
     if rq.contig and want > 1:
         return place_request(job, rq, [n for k in keys if (n := lookup(k[4])).name not in skip])
-    found: list[tuple[tuple, NodeView, int, int]] = []
+    found: list[Candidate] = []
     i, end = 0, len(keys)
     while i < end:
         w, g, c, m, idx = keys[i]

@@ -50,6 +50,8 @@ replays are compared job by job with and without it.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
+from collections.abc import Sequence
+from typing import Any
 
 from .backfill import YEAR, estimate, node_tasks, plan_shape
 from .limits import partition_reason
@@ -62,8 +64,12 @@ __all__ = ["PooledScheduler"]
 
 _BLOCK = 32  # queue keys per block of the backfill index (split at twice that)
 
+Key = tuple[Any, ...]  # a queue key: schedule.order_key of the job (its id at [2])
+Entry = tuple[int, int, Allocation, int]  # (cpus, planning duration, allocation, end offset)
+Shape = tuple[int, int, NodeAlloc, int]  # an Entry before it names its job
 
-def _frontier(keys: list[tuple], jobs: dict) -> list[tuple[int, int]]:
+
+def _frontier(keys: list[Key], jobs: dict[Key, Entry]) -> list[tuple[int, int]]:
     """The (cpus, d) pairs of these jobs that no other pair beats in both, by cpus: a job
     can be backfilled only if one of them can (it needs at least as many CPUs and time)."""
     out: list[tuple[int, int]] = []
@@ -92,27 +98,28 @@ class PooledScheduler:
         self.ratio = node.mem // node.cpus
         self.depth = 1 if cfg.backfill else 0
         self.window = cfg.bf_window * 60
-        self.queue: list[tuple] = []            # ordered keys: schedule.order_key
-        self.jobs: dict[tuple, tuple] = {}      # key → (cpus, d, allocation, end offset)
+        self.queue: list[Key] = []              # ordered keys: schedule.order_key
+        self.jobs: dict[Key, Entry] = {}        # key → (cpus, d, allocation, end offset)
         # the queue again, cut into blocks of consecutive keys, each with the Pareto frontier
         # of its jobs' (cpus, d): a block none of whose frontier points could be backfilled
         # is skipped whole (_backfill)
-        self._bkeys: list[list[tuple]] = [[]]
-        self._bfirst: list[tuple] = [()]        # a lower bound of each block's keys
-        self._bfront: list[list | None] = [None]
+        self._bkeys: list[list[Key]] = [[]]
+        self._bfirst: list[Key] = [()]          # a lower bound of each block's keys
+        self._bfront: list[list[tuple[int, int]] | None] = [None]
         self._thin: set[int] = set()  # blocks that ran low: merged at the end of the pass
-        self.releases: list[tuple] = []         # (estimated end, job id, cpus), ascending
-        self.running: dict[int, tuple] = {}     # job id → (estimated end, cpus)
-        self._fresh: list[tuple] = []           # keys submitted since the last pass
-        self._resume: list | None = None        # [blocked, T, extra, queue tail] or None
+        self.releases: list[tuple[int, int, int]] = []  # (estimated end, job id, cpus), ascending
+        self.running: dict[int, tuple[int, int]] = {}  # job id → (estimated end, cpus)
+        self._fresh: list[Key] = []             # keys submitted since the last pass
+        self._resume: list[Any] | None = None   # [blocked, T, extra, queue tail] or None
         self.reservation: tuple[int, int] | None = None  # (job id, expected start) last pass
-        self._admitted: dict[int, tuple] = {}   # job id → (JobView, its shape) from admit
-        self._shapes: dict[tuple, tuple | None] = {}  # request and limits → (cpus, d, NodeAlloc)
+        self._admitted: dict[int, tuple[JobView, Entry]] = {}  # job id → (JobView, its shape)
+        self._shapes: dict[Key, Shape | None] = {}  # request and limits → (cpus, d, NodeAlloc)
         self._overdue: list[tuple[int, int]] = []  # started with a 0 limit: (job, its end)
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
-    def unsupported(nodes, parts, cfg: SchedConfig) -> str | None:
+    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView], cfg: SchedConfig
+                    ) -> str | None:
         """Why these settings are outside the scope (module doc), or None."""
         if len(nodes) != 1 or len(parts) != 1:
             return "more than one node or partition"
@@ -145,20 +152,21 @@ class PooledScheduler:
         self._admitted[job.job_id] = (job, shape)
         return None
 
-    def _shape(self, job: JobView) -> tuple | None:
+    def _shape(self, job: JobView) -> Entry | None:
         """(cpus, planning duration, allocation) or None; the same request normalisation
         and shape as backfill's (:func:`plan_shape`), the allocation ``_direct`` builds.
         Memoised by what they read (a trace has few distinct shapes)."""
         key = (request_key(job), job.time_limit, job.time_min)
-        got = self._shapes.get(key, 0)
-        if got == 0:
+        if key in self._shapes:
+            got = self._shapes[key]
+        else:
             got = self._shapes[key] = self._new_shape(job)
         if got is None:
             return None
         c, d, na, off = got
         return c, d, Allocation(job_id=job.job_id, nodes=(na,)), off
 
-    def _new_shape(self, job: JobView) -> tuple | None:
+    def _new_shape(self, job: JobView) -> Shape | None:
         n = self.node
         rq = request_of(job, self.cfg)
         if rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or rq.mem != self.ratio:
@@ -247,7 +255,7 @@ class PooledScheduler:
                 self.reservation = (key[2], T)
                 if full:
                     st[2] = self._backfill(key, now, T - now, extra, starts)
-                    keys = ()
+                    keys = []
                 break
         if st[1] is not None:  # EASY: fits now, and ends by T or fits the extra CPUs
             until, extra = st[1] - now, st[2]
@@ -271,7 +279,7 @@ class PooledScheduler:
         self._resume = st if resumable else None
         return starts
 
-    def _start(self, key: tuple, c: int, d: int, alloc: Allocation, off: int, now: int,
+    def _start(self, key: Key, c: int, d: int, alloc: Allocation, off: int, now: int,
                blocked: bool, starts: list[Start]) -> None:
         jid = key[2]
         del self.jobs[key]
@@ -292,7 +300,7 @@ class PooledScheduler:
         starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
                             scheduler="Backfill" if blocked else "Main"))
 
-    def _backfill(self, after: tuple, now: int, until: int, extra: int,
+    def _backfill(self, after: Key, now: int, until: int, extra: int,
                   starts: list[Start]) -> int:
         """Start, in queue order after ``after``, every job that fits the free CPUs and
         either ends by the shadow time (``d <= until``) or fits the extra CPUs; returns the

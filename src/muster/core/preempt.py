@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .placement import Allocation, Request, place_request
-from .snapshot import JobView, NodeView, PartitionView, QosView, RunningView, SchedConfig
+from .snapshot import (JobView, NodeView, PartitionView, QosView, RunningView, SchedConfig,
+                       Snapshot)
 from .timeline import mask_gpus
 
 __all__ = ["Preemption", "can_preempt", "choose_victims", "preemptor_flag"]
@@ -143,7 +144,8 @@ def choose_victims(
     return chosen, alloc
 
 
-def plan(snap, cfg: SchedConfig, waiting: list, parts: dict[str, PartitionView],
+def plan(snap: Snapshot, cfg: SchedConfig, waiting: list[tuple[JobView, str]],
+         parts: dict[str, PartitionView],
          requests: dict[int, Request], taken_free: dict[str, tuple[int, int, int]]
          ) -> tuple[list[Preemption], dict[int, int]]:
     """Preemptions for ``waiting`` (job, partition) pairs in queue order."""

@@ -56,7 +56,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Set
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from . import backfill as bfmod
 from . import preempt as pmod
@@ -120,7 +120,7 @@ class Plan:
     reasons: dict[int, str]
     expected_start: dict[int, int] = field(default_factory=dict)
     sched_nodes: dict[int, str] = field(default_factory=dict)
-    preemptions: tuple = ()
+    preemptions: tuple[pmod.Preemption, ...] = ()
     priorities: dict[int, int] = field(default_factory=dict)
 
 
@@ -182,6 +182,7 @@ def deadline_limit(job: JobView, now: int) -> int:
     """Minutes ``job`` may run if it starts at ``now`` under its ``--deadline`` (its own limit
     if shorter); -1 when it can no longer finish in time: it needs ``time_min``, else its time
     limit, else one minute (Slurm's deadline_ok, with a floor for jobs without a limit)."""
+    assert job.deadline is not None  # asked only for jobs with a deadline
     need = job.time_min or job.time_limit or 1
     left = (job.deadline - now) // 60
     if left < need:
@@ -311,7 +312,7 @@ def schedule(
     parts = snapshot.partition_map()
     reasons: dict[int, str] = {}
     noted: dict[int, tuple[int, int, str]] = {}
-    entries: list[tuple] = []
+    entries: list[tuple[Any, ...]] = []  # (flags, -tier, order key..., idx, partition, job)
     # priorities: of the job alone (computed per job, cheaply, below) or multifactor's table
     table = None if prio.static(cfg) else prio.priorities(snapshot, cfg)
     given = cfg.priority_type == "none"
@@ -346,11 +347,11 @@ def schedule(
         rflag = -1 if job.reservation is not None else 0
         for idx, pname in enumerate(dict.fromkeys(job.partitions)):
             part = parts.get(pname)
-            why = _static_reason(job, part)
-            if why is None:
+            why = _static_reason(job, part)  # (names a missing partition)
+            if why is None and part is not None:
                 why = partition_reason(job, part)
-            if why is not None:
-                note(job.job_id, idx, why)
+            if why is not None or part is None:
+                note(job.job_id, idx, why or R_PART_CONFIG)
             else:
                 if table is not None:
                     p = table[(job.job_id, pname)]
@@ -407,7 +408,7 @@ def schedule(
         expected = got.expected
         sched_nodes = {j: ",".join(v) for j, v in got.sched_nodes.items()}
         tl = got.timeline
-        entries_main: list = []
+        entries_main: list[tuple[Any, ...]] = []
     else:
         entries_main = entries
 
@@ -456,7 +457,7 @@ def schedule(
         if left.get(jid, 1) > 0:
             reasons[jid] = why
 
-    preemptions: tuple = ()
+    preemptions: tuple[pmod.Preemption, ...] = ()
     if preempting and snapshot.running:
         waiting, seen = [], set()
         for e in entries:
@@ -469,6 +470,7 @@ def schedule(
                 requests[jid] = request_of(job, cfg)
             waiting.append((job, pname))
         if use_timeline:
+            assert tl is not None  # planned on a timeline
             free = {}
             for p, n in enumerate(tl.nodes):
                 free[n.name] = tl.window(p, snapshot.now, 1) if n.usable else (0, 0, 0)

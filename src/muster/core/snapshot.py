@@ -23,20 +23,19 @@ main scheduler.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # placement imports this module; NodeAlloc is only a type here
+if TYPE_CHECKING:
     from .features import Constraint
-    from .placement import NodeAlloc
 
 __all__ = [
     "AssocView", "JobView", "NodeView", "PartitionView", "QosView", "ReservationView",
     "RunningView", "SchedConfig", "Snapshot", "SwitchView",
 ]
 
-_NO: frozenset = frozenset()
+_NO: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,11 +165,23 @@ class JobView:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeAlloc:
+    """One node's share of an allocation: what placement hands out and what a running job
+    holds (here, below placement, because both the snapshot and the plan carry it)."""
+
+    node: str
+    cpus: int
+    mem: int
+    gpus: tuple[int, ...]
+    tasks: int
+
+
+@dataclass(frozen=True, slots=True)
 class RunningView:
     """A running job: what it holds (``nodes``) and when it is expected to end.
 
     ``end_time`` = start + time limit (seconds), None when unlimited. ``nodes`` are
-    :class:`~muster.core.placement.NodeAlloc` (node, cpus, mem, gpus, tasks).
+    :class:`NodeAlloc` (node, cpus, mem, gpus, tasks).
     """
 
     job_id: int
@@ -325,7 +336,7 @@ class Snapshot:
     fairshare: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        parts = self.partitions
+        parts: Iterable[PartitionView] | Mapping[str, PartitionView] = self.partitions
         if isinstance(parts, Mapping):
             parts = tuple(parts[k] for k in sorted(parts))
         object.__setattr__(self, "partitions", tuple(parts))

@@ -255,7 +255,8 @@ def _assign_ids(counts: list[int], distribution: str) -> list[list[int]]:
     return ids
 
 
-def _gpus(a: AllocNode, ntasks: int, used: frozenset[int], req: StepRequest, n_nodes: int):
+def _gpus(a: AllocNode, ntasks: int, used: frozenset[int], req: StepRequest, n_nodes: int
+          ) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...] | None]:
     if req.gpus_per_task:
         want = req.gpus_per_task * ntasks
     elif req.gpus_per_node:

@@ -28,7 +28,7 @@ Integers only; no clock, no randomness; same calls → same answers.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from heapq import heapify, heappop, heappush, heapreplace
 
 from .placement import Allocation, Request, place_request
@@ -55,7 +55,7 @@ def mask_gpus(mask: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-class Shape(tuple):
+class Shape(tuple[int, int, int, bool, bool]):
     """Per-node need ``(cpus, mem, gpus, mem_all, exclusive)`` (a hashable tuple).
 
     ``mem_all``: the node's whole memory must be free; ``exclusive``: the whole node.
@@ -66,6 +66,12 @@ class Shape(tuple):
     def __new__(cls, cpus: int, mem: int, gpus: int, mem_all: bool = False,
                 exclusive: bool = False) -> Shape:
         return tuple.__new__(cls, (cpus, mem, gpus, mem_all, exclusive))
+
+
+# heap key encoding: (start shift, GPU shift, CPU shift, memory shift, per-node low bits)
+Encoding = tuple[int, int, int, int, list[int]]
+# a node fitting at a time, for ``select``: (weight, gpus, cpus, mem, position)
+Fitting = tuple[int, int, int, int, int]
 
 
 class Timeline:
@@ -97,12 +103,12 @@ class Timeline:
         # per node, the number of changes (reserve, block) so far
         self.ver = [0] * len(self.nodes)
         # (ck, shape, d) → (heap of int keys, per node the version its key was made at)
-        self._heaps: dict[tuple, tuple[list[int], list[int]]] = {}
+        self._heaps: dict[tuple[Hashable, Shape, int], tuple[list[int], list[int]]] = {}
         # (ck, shape, d, horizon) → smallest k found not to fit by horizon: the profile
         # only shrinks, so it never will in this cycle
-        self._dead: dict[tuple, int] = {}
+        self._dead: dict[tuple[Hashable, Shape, int, int], int] = {}
         # heap key encoding (see _encoding), fixed at the first search
-        self._enc: tuple | None = None
+        self._enc: Encoding | None = None
         # shape → node → its heap key from now (None: never fits), for nodes whose
         # profile is unchanged and never shrinks over time: then it is the same for
         # every duration (the window's minimum is its first value)
@@ -121,11 +127,11 @@ class Timeline:
         tl = cls(now, nodes)
         per: dict[int, list[tuple[int, int, int, int]]] = {}
         pos = tl.pos
-        for name, t, c, m, g in releases:
+        for name, t, rc, rm, rg in releases:
             p = pos.get(name)
             if p is None or t <= now or not tl.nodes[p].usable:
                 continue
-            per.setdefault(p, []).append((t, c, m, gpu_mask(g)))
+            per.setdefault(p, []).append((t, rc, rm, gpu_mask(rg)))
         for p, rel in per.items():
             rel.sort()
             ts, cs, ms, gs = tl.ts[p], tl.cs[p], tl.ms[p], tl.gs[p]
@@ -218,7 +224,8 @@ class Timeline:
             return c, self.cap[p][1], g
         return c, m, g
 
-    def next_fit(self, p: int, t: int, d: int, c: int, m: int, g: int):
+    def next_fit(self, p: int, t: int, d: int, c: int, m: int, g: int
+                 ) -> tuple[int, int, int, int] | None:
         """Earliest ``s >= t`` with node ``p`` fitting ``(c, m, g)`` on ``[s, s+d)``:
         ``(s, min cpus, min mem, GPU mask)`` over that window, or None (never)."""
         ts, cs, ms, gs = self.ts[p], self.cs[p], self.ms[p], self.gs[p]
@@ -271,7 +278,7 @@ class Timeline:
     # was computed at is kept beside the heap, one per node (a node has at most one entry
     # in a heap).
 
-    def _encoding(self) -> tuple:
+    def _encoding(self) -> Encoding:
         """(start shift, GPU shift, CPU shift, memory shift, per-node low bits)."""
         enc = self._enc
         if enc is None:
@@ -304,7 +311,7 @@ class Timeline:
         sh, s2, s3, pb, nb = self._encoding()
         now = self.now
         cap, TS, CS, MS, GS = self.cap, self.ts, self.cs, self.ms, self.gs
-        out = []
+        out: list[int] = []
         append = out.append
         for p in ps:
             cp = cap[p]
@@ -346,7 +353,8 @@ class Timeline:
                 i = nxt
         return out
 
-    def _heap(self, ck: tuple, cands: Sequence[int], shape: Shape, d: int):
+    def _heap(self, ck: Hashable, cands: Sequence[int], shape: Shape, d: int
+              ) -> tuple[list[int], list[int]]:
         key = (ck, shape, d)
         got = self._heaps.get(key)
         if got is None:
@@ -376,7 +384,7 @@ class Timeline:
             fresh.append(p)
         got = self._keys(fresh, self.now, d, shape)
         out += got
-        pm = (1 << self._enc[3]) - 1
+        pm = (1 << self._encoding()[3]) - 1
         found = {k & pm: k for k in got}
         mono = self._mono
         if mono is None:  # per node: its profile never shrinks over time (as built)
@@ -397,13 +405,13 @@ class Timeline:
 
     def earliest(
         self,
-        ck: tuple,
+        ck: Hashable,
         cands: Sequence[int],
         shape: Shape,
         d: int,
         k: int,
         horizon: int,
-        select: Callable[[int, list[tuple]], list[int] | None] | None = None,
+        select: Callable[[int, list[Fitting]], list[int] | None] | None = None,
         retry_at: int | None = None,
     ) -> tuple[int, list[int]] | None:
         """Earliest ``T`` in ``[now, horizon]`` with ``k`` of ``cands`` fitting ``shape``
@@ -424,7 +432,7 @@ class Timeline:
         if select is None and k >= self._dead.get(dkey, INF):
             return None
         heap, hv = self._heap(ck, cands, shape, d)
-        sh, _, _, pb, _ = self._enc
+        sh, _, _, pb, _ = self._encoding()
         pm = (1 << pb) - 1
         now = self.now
         if k == 1 and select is None:
@@ -492,10 +500,10 @@ class Timeline:
             self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
 
-    def _top(self, heap: list, hv: list, d: int, shape: Shape):
+    def _top(self, heap: list[int], hv: list[int], d: int, shape: Shape) -> int | None:
         """Make the top of a shared heap exact (recompute stale ones); it, or None."""
         ver = self.ver
-        sh, s2, s3, pb, nb = self._enc
+        sh, s2, s3, pb, nb = self._encoding()
         pm = (1 << pb) - 1
         e = heap[0] if heap else None
         if e is None or hv[e & pm] == ver[e & pm]:
@@ -516,11 +524,11 @@ class Timeline:
                 return e
             got = fits.get(p)
             if got is not None and got[0] == v and got[1] <= d:
-                key = got[2]
+                fit_key = got[2]
                 hv[p] = v
-                if key == e:
+                if fit_key == e:
                     return e
-                heapreplace(heap, key)
+                heapreplace(heap, fit_key)
                 continue
             t = (e >> sh) + now
             # recompute from the old start (a lower bound): as _keys((p,), t, d, shape);
@@ -582,10 +590,10 @@ class Timeline:
                 heapreplace(heap, key)
         return None
 
-    def _pop(self, heap: list, hv: list, local: list, taken: list, d: int, shape: Shape,
-             upto: int) -> int | None:
+    def _pop(self, heap: list[int], hv: list[int], local: list[int], taken: list[int], d: int,
+             shape: Shape, upto: int) -> int | None:
         """The next exact entry ``<= upto`` from the shared or the query-local heap, or None."""
-        sh = self._enc[0]
+        sh = self._encoding()[0]
         e = self._top(heap, hv, d, shape)
         now = self.now
         st = INF if e is None else (e >> sh) + now
@@ -593,6 +601,7 @@ class Timeline:
         if st <= lt:
             if st > upto:
                 return None
+            assert e is not None  # st is finite
             heappop(heap)
             taken.append(e)
             return e
@@ -681,7 +690,7 @@ class Timeline:
         views are built only where both pass: most times of a wide ``-n`` job fail the first."""
         cpt = max(1, rq.cpt)
         tasks = rq.ntasks if rq.tasks_mode == "pack" else rq.lo * (
-            rq.tpn if rq.tasks_mode == "fixed" else 1)
+            rq.tpn if rq.tasks_mode == "fixed" and rq.tpn is not None else 1)
         gm = rq.gpu_mode
         gneed = rq.gpus if gm == "total" else rq.gpus * tasks if gm == "task" \
             else rq.gpus * rq.lo if gm == "node" else 0

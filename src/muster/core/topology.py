@@ -20,6 +20,7 @@ Deterministic: only names and positions order the choice.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .snapshot import SwitchView
 
@@ -53,7 +54,7 @@ class Topology:
         """Number of distinct leaf switches under nodes ``ps``."""
         return len({self.leaf_of.get(p, f"\0{p}") for p in ps})
 
-    def select(self, k: int, fitting: Sequence[tuple], max_leaves: int | None = None
+    def select(self, k: int, fitting: Sequence[tuple[Any, ...]], max_leaves: int | None = None
                ) -> list[int] | None:
         """``k`` positions from ``fitting`` (entries ending with the position, best first)."""
         fabrics: dict[str, dict[str, list[int]]] = {}

@@ -13,21 +13,25 @@ A reference to an array master means *all* of its tasks (pending ones included).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from muster.common.errors import RequestError
 
 KINDS = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
 SATISFIED, WAITING, FAILED = "satisfied", "waiting", "failed"
 
+# [kind, job_id, task_id | None, minutes]: a list, as stored (JSON) with the job
+Term = list[Any]
 
-def parse(spec: str) -> tuple[list[list], bool]:
+
+def parse(spec: str) -> tuple[list[Term], bool]:
     """``afterok:1:2,after:3+5,singleton`` → (terms, any). Raises RequestError('dependency')."""
     bad = RequestError(None, "dependency")
     spec = spec.strip()
     if not spec or ("," in spec and "?" in spec):
         raise bad
     any_ = "?" in spec
-    terms: list[list] = []
+    terms: list[Term] = []
     for part in spec.split("?" if any_ else ","):
         if part == "singleton":
             terms.append(["singleton", 0, None, 0])
@@ -53,7 +57,7 @@ def parse(spec: str) -> tuple[list[list], bool]:
     return terms, any_
 
 
-def _term_state(kind: str, members: list, now: int, minutes: int) -> str:
+def _term_state(kind: str, members: list[Any], now: int, minutes: int) -> str:
     """members: the referenced jobs (objects with state/start_time/terminal/exit fields)."""
     if not members:
         return FAILED
@@ -81,7 +85,7 @@ def _term_state(kind: str, members: list, now: int, minutes: int) -> str:
     return WAITING
 
 
-def evaluate(terms: list[list], any_: bool, lookup: Callable[[int, int | None], list],
+def evaluate(terms: list[Term], any_: bool, lookup: Callable[[int, int | None], list[Any]],
              singleton_clear: Callable[[], bool], now: int) -> tuple[str, str | None]:
     """Overall state and the display string of the remaining terms (None when all met)."""
     states = []
@@ -112,5 +116,5 @@ def evaluate(terms: list[list], any_: bool, lookup: Callable[[int, int | None], 
     return overall, sep.join(shown)
 
 
-def referenced_ids(terms: Iterable[list]) -> set[int]:
+def referenced_ids(terms: Iterable[Term]) -> set[int]:
     return {t[1] for t in terms if t[0] != "singleton"}

@@ -19,6 +19,7 @@ FAILED/NonZeroExitCode; else COMPLETED.
 from __future__ import annotations
 
 import signal as _signal
+from typing import Any
 
 from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL, OUT_OF_MEMORY,
                               PENDING, PREEMPTED, RUNNING, TIMEOUT, Job)
@@ -27,7 +28,7 @@ from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL,
 OOM_SIGNAL = 125
 
 
-def start(job: Job, *, partition: str, alloc: list[dict], node_list: str, tres_alloc: str,
+def start(job: Job, *, partition: str, alloc: list[dict[str, Any]], node_list: str, tres_alloc: str,
           now: int) -> None:
     job.state = RUNNING
     job.reason = "None"
@@ -46,7 +47,7 @@ def start(job: Job, *, partition: str, alloc: list[dict], node_list: str, tres_a
     job.completing = False
 
 
-def cancel_pending(job: Job, *, by_uid: int, now: int) -> None:
+def cancel_pending(job: Job, *, by_uid: int | None, now: int) -> None:
     job.state = CANCELLED
     job.reason = "None"
     job.cancelled_by = by_uid
@@ -78,7 +79,8 @@ def begin_kill(job: Job, *, final_state: str, by_uid: int | None, now: int,
 
 
 def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
-           end_time: int | None = None, launch_failed: bool = False, oom: bool = False) -> dict:
+           end_time: int | None = None, launch_failed: bool = False, oom: bool = False
+           ) -> dict[str, Any]:
     """The batch script ended. Sets the final state unless a cancel already decided it.
     ``oom``: the OOM killer took processes of the batch step (its cgroup counted kills).
     Returns the batch step's accounting record."""
@@ -130,7 +132,7 @@ def _step_state(exit_code: int, signal: int, timed_out: bool) -> str:
 
 
 def requeue(job: Job, *, now: int, delay: int, hold: bool = False, held_desc: str | None = None,
-            partition_default_time=None) -> dict:
+            partition_default_time: int | None = None) -> dict[str, Any]:
     """Return a finished or terminated run to the queue under the same id.
     Returns the record of the run that ended (for sacct --duplicates)."""
     prev = job.to_record()

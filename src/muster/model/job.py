@@ -3,8 +3,9 @@
 A ``Job`` is one row of the queue: a plain job, a pending array (the *master*, holding the
 indices not yet started), or an array task split off from its master when it starts. Fields
 are exactly the wire record of docs/records.md plus a few internal ones (prefixed in
-``INTERNAL``) that never leave the controller. ``__slots__`` keeps a pending job near 1 KiB:
-the script and the environment live only in the store, never in memory.
+``INTERNAL_FIELDS``) that never leave the controller. The class is a slotted dataclass, so
+the field list is the class body itself (typed, and checked by mypy); slots keep a pending
+job near 1 KiB: the script and the environment live only in the store, never in memory.
 
 State vocabulary (states.md): ``state`` is the base state; ``completing`` is the COMPLETING
 flag (the job has ended or been cancelled, but its processes have not yet been confirmed gone,
@@ -13,7 +14,11 @@ so its resources stay allocated). Terminal states are in ``TERMINAL``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+import dataclasses
+from dataclasses import dataclass
 from sys import intern as _intern
+from typing import Any
 
 from muster.model.arrays import compress_indices
 
@@ -31,59 +36,8 @@ TERMINAL = frozenset({COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, OUT_OF_M
                       DEADLINE})
 ACTIVE = frozenset({PENDING, RUNNING})
 
-# (name, default) — public fields, in the order of docs/records.md
-PUBLIC_FIELDS: tuple[tuple[str, object], ...] = (
-    ("job_id", 0), ("array_job_id", None), ("array_task_id", None), ("array_task_str", None),
-    ("array_max_tasks", 0), ("name", ""), ("user", ""), ("uid", 0), ("group", ""), ("gid", 0),
-    ("account", ""), ("qos", "normal"), ("partition", ""), ("state", PENDING), ("reason", "None"),
-    ("reason_desc", None), ("priority", 1), ("nice", 0), ("hold", None), ("dependency", None),
-    ("requeue", True), ("restarts", 0), ("batch", True), ("exit_code", 0), ("exit_signal", 0),
-    ("derived_exit_code", 0), ("derived_exit_signal", 0), ("submit_time", 0),
-    ("eligible_time", None), ("start_time", None), ("end_time", None), ("time_limit", None),
-    ("time_min", None), ("nodes_min", 1), ("nodes_max", None), ("num_nodes", 1), ("num_cpus", 1),
-    ("num_tasks", 1), ("ntasks_set", False), ("cpus_per_task", 1), ("ntasks_per_node", None),
-    ("mem_per_node", None), ("mem_per_cpu", None), ("mem_per_gpu", None), ("gpus_per_node", 0),
-    ("gpu_type", None), ("gpus", None), ("gpus_per_task", None), ("tres_per_node", None),
-    ("req_nodes", None), ("exc_nodes", None), ("node_list", None), ("batch_host", None),
-    ("alloc", ()), ("tres_req", ""), ("tres_alloc", None), ("work_dir", "/"), ("std_out", ""),
-    ("std_err", ""), ("std_in", "/dev/null"), ("command", None), ("comment", None),
-    ("submit_host", ""), ("exclusive", False), ("open_mode", None), ("signal", None),
-    ("cancelled_by", None), ("scheduler", "Main"), ("last_sched_eval", None), ("sched_nodes", None),
-    ("completing", False), ("failed_node", None), ("submit_line", ""), ("partitions_req", None), ("begin_time", None),
-    ("features", None), ("cpus_per_gpu", None), ("deadline", None), ("mail_type", None),
-    ("mail_user", None), ("min_cpus_node", None), ("contiguous", False), ("wckey", None),
-)
-
-# Internal fields: persisted, never sent to clients.
-INTERNAL_FIELDS: tuple[tuple[str, object], ...] = (
-    ("script_id", 0),          # job id whose stored script/env this job runs (array master)
-    ("pending_tasks", None),   # master of an array: sorted list of indices not yet started
-    ("array_spec", None),      # {"min","max","step","count"} for SLURM_ARRAY_* variables
-    ("dep_terms", None),       # parsed dependency terms [[type, job_id, task|None, minutes]...]
-    ("dep_any", False),        # '?' separated dependency
-    ("groups", ()),            # supplementary gids of the submitter
-    ("argv", ()),              # script arguments
-    ("umask", 0o022),
-    ("signal_spec", None),     # {"signal", "secs", "batch"}
-    ("launch_confirmed", False),
-    ("timelimit_from_partition", False),
-    ("mem_all", False),        # job takes all memory of each node
-    ("export", None),
-    ("submit_dir", None),
-    ("ntasks_given", False),
-    ("expected_start", None),    # backfill's expected start of a pending job (squeue --start)
-    ("next_step_id", 0),     # -n given explicitly (else tasks follow the node count)
-    ("requeue_pending", False),  # requeue when the running processes are confirmed gone
-    ("requeue_hold", False),
-    ("cpus_per_task_set", False),
-    ("io_patterns", ("slurm-%j.out", None, "/dev/null")),  # raw -o/-e/-i as given
-    ("mail_sent", None),       # [run, bits]: --mail-type events already sent for that run
-)
-
-ALL_FIELDS = PUBLIC_FIELDS + INTERNAL_FIELDS
-PUBLIC_NAMES = tuple(n for n, _ in PUBLIC_FIELDS)
-_MUTABLE_DEFAULTS = (list, dict)
-
+# Alloc entry, one per allocated node: {"node": str, "cpus": int, "mem": int, "gpus": [int...]}
+AllocEntry = dict[str, Any]
 
 # Strings that repeat across many jobs (a user's 5,000 jobs share user, account, partition,
 # work dir, command line...): one shared copy each keeps a pending job small in memory.
@@ -92,14 +46,123 @@ _INTERNED = ("name", "user", "group", "account", "qos", "partition", "reason", "
              "submit_line", "submit_dir", "scheduler", "export", "comment", "gpu_type")
 
 
+@dataclass(slots=True, eq=False, repr=False, kw_only=True)
 class Job:
-    __slots__ = tuple(n for n, _ in ALL_FIELDS)
+    """One job record. The field declarations *are* the field list: public fields first, in
+    the order of docs/records.md, then the internal ones from ``script_id`` on (see
+    ``_FIRST_INTERNAL``). Every default is immutable (a dataclass refuses list/dict defaults),
+    so jobs never share mutable state. ``eq=False``: jobs compare and hash by identity."""
 
-    def __init__(self, **kw):
-        for name, default in ALL_FIELDS:
-            setattr(self, name, kw.pop(name, default))
-        if kw:
-            raise TypeError(f"unknown job fields: {sorted(kw)}")
+    # ---- public fields: the wire record --------------------------------------------------
+    job_id: int = 0
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_task_str: str | None = None
+    array_max_tasks: int = 0
+    name: str = ""
+    user: str = ""
+    uid: int = 0
+    group: str = ""
+    gid: int = 0
+    account: str = ""
+    qos: str = "normal"
+    partition: str = ""
+    state: str = PENDING
+    reason: str = "None"
+    reason_desc: str | None = None
+    priority: int = 1
+    nice: int = 0
+    hold: str | None = None
+    dependency: str | None = None
+    requeue: bool = True
+    restarts: int = 0
+    batch: bool = True
+    exit_code: int = 0
+    exit_signal: int = 0
+    derived_exit_code: int = 0
+    derived_exit_signal: int = 0
+    submit_time: int = 0
+    eligible_time: int | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    time_limit: int | None = None
+    time_min: int | None = None
+    nodes_min: int = 1
+    nodes_max: int | None = None
+    num_nodes: int = 1
+    num_cpus: int = 1
+    num_tasks: int = 1
+    ntasks_set: bool = False
+    cpus_per_task: int = 1
+    ntasks_per_node: int | None = None
+    mem_per_node: int | None = None
+    mem_per_cpu: int | None = None
+    mem_per_gpu: int | None = None
+    gpus_per_node: int = 0
+    gpu_type: str | None = None
+    gpus: int | None = None
+    gpus_per_task: int | None = None
+    tres_per_node: str | None = None
+    req_nodes: str | None = None
+    exc_nodes: str | None = None
+    node_list: str | None = None
+    batch_host: str | None = None
+    alloc: Sequence[AllocEntry] = ()
+    tres_req: str = ""
+    tres_alloc: str | None = None
+    work_dir: str = "/"
+    std_out: str = ""
+    std_err: str = ""
+    std_in: str = "/dev/null"
+    command: str | None = None
+    comment: str | None = None
+    submit_host: str = ""
+    exclusive: bool = False
+    open_mode: str | None = None
+    signal: str | None = None
+    cancelled_by: int | None = None
+    scheduler: str = "Main"
+    last_sched_eval: int | None = None
+    sched_nodes: str | None = None
+    completing: bool = False
+    failed_node: str | None = None
+    submit_line: str = ""
+    partitions_req: list[str] | None = None
+    begin_time: int | None = None
+    features: str | None = None
+    cpus_per_gpu: int | None = None
+    deadline: int | None = None
+    mail_type: str | None = None
+    mail_user: str | None = None
+    min_cpus_node: int | None = None
+    contiguous: bool = False
+    wckey: str | None = None
+
+    # ---- internal fields: persisted, never sent to clients ---------------------------------
+    script_id: int = 0                  # job id whose stored script/env this job runs (array master)
+    pending_tasks: list[int] | None = None  # array master: sorted indices not yet started
+    array_spec: dict[str, int] | None = None  # {"min","max","step","count"}: SLURM_ARRAY_* vars
+    dep_terms: list[list[Any]] | None = None  # parsed terms [[type, job_id, task|None, minutes]...]
+    dep_any: bool = False               # '?' separated dependency
+    groups: Sequence[int] = ()          # supplementary gids of the submitter
+    argv: Sequence[str] = ()            # script arguments
+    umask: int = 0o022
+    signal_spec: dict[str, Any] | None = None  # {"signal", "secs", "batch"}
+    launch_confirmed: bool = False
+    timelimit_from_partition: bool = False
+    mem_all: bool = False               # job takes all memory of each node
+    export: str | None = None
+    submit_dir: str | None = None
+    ntasks_given: bool = False          # -n given explicitly (else tasks follow the node count)
+    expected_start: int | None = None   # backfill's expected start of a pending job (squeue --start)
+    next_step_id: int = 0
+    requeue_pending: bool = False       # requeue when the running processes are confirmed gone
+    requeue_hold: bool = False
+    cpus_per_task_set: bool = False
+    io_patterns: tuple[str | None, ...] = ("slurm-%j.out", None, "/dev/null")  # raw -o/-e/-i
+    mail_sent: list[int] | None = None  # [run, bits]: --mail-type events already sent for that run
+
+    def __post_init__(self) -> None:
         for name in _INTERNED:
             v = getattr(self, name)
             if type(v) is str:
@@ -128,10 +191,10 @@ class Job:
             return f"{self.array_job_id}_[{self.array_task_str}]"
         return str(self.job_id)
 
-    def to_record(self, fields=None) -> dict:
+    def to_record(self, fields: Iterable[str] | None = None) -> dict[str, Any]:
         """The wire record (docs/records.md); ``fields`` (names) projects it."""
         if fields is not None:
-            rec = {n: getattr(self, n) for n in fields}
+            rec: dict[str, Any] = {n: getattr(self, n) for n in fields}
         else:
             rec = {n: getattr(self, n) for n in PUBLIC_NAMES}
             rec["alloc"] = list(self.alloc)
@@ -141,7 +204,7 @@ class Job:
             rec["start_time"] = self.expected_start  # Slurm shows the expected start here
         return rec
 
-    def to_store(self) -> dict:
+    def to_store(self) -> dict[str, Any]:
         rec = {n: getattr(self, n) for n, _ in ALL_FIELDS}
         rec["alloc"] = list(self.alloc)
         rec["groups"] = list(self.groups)
@@ -149,18 +212,29 @@ class Job:
         return rec
 
     @classmethod
-    def from_store(cls, rec: dict) -> "Job":
-        known = {n for n, _ in ALL_FIELDS}
-        job = cls(**{k: v for k, v in rec.items() if k in known})
+    def from_store(cls, rec: Mapping[str, Any]) -> Job:
+        job = cls(**{k: v for k, v in rec.items() if k in _ALL_NAMES})
         job.alloc = tuple(job.alloc or ())
         job.groups = tuple(job.groups or ())
         job.argv = tuple(job.argv or ())
         return job
 
-    def copy(self, **changes) -> "Job":
+    def copy(self, **changes: Any) -> Job:
         rec = {n: getattr(self, n) for n, _ in ALL_FIELDS}
         rec.update(changes)
         return Job(**rec)
 
     def __repr__(self) -> str:
         return f"Job({self.display_id}, {self.state}, reason={self.reason})"
+
+
+# (name, default) pairs, derived from the class body: public fields in the order of
+# docs/records.md, then the internal ones (persisted by the store, never sent to clients).
+_FIRST_INTERNAL = "script_id"
+ALL_FIELDS: tuple[tuple[str, object], ...] = tuple(
+    (f.name, f.default) for f in dataclasses.fields(Job))
+_SPLIT = [n for n, _ in ALL_FIELDS].index(_FIRST_INTERNAL)
+PUBLIC_FIELDS = ALL_FIELDS[:_SPLIT]
+INTERNAL_FIELDS = ALL_FIELDS[_SPLIT:]
+PUBLIC_NAMES = tuple(n for n, _ in PUBLIC_FIELDS)
+_ALL_NAMES = frozenset(n for n, _ in ALL_FIELDS)

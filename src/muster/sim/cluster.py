@@ -104,7 +104,7 @@ def from_config(path: str, *, partition: str | None = None, trace_mem: bool = Fa
                 raise ValueError(f"{path}: no partition {name!r}")
             chosen.append(parts[name])
     # the controller's own reading of the file: node order, partitions, scheduling settings
-    from muster.controller.scheduling import partition_views, sched_config
+    from muster.core.confview import partition_views, sched_config
 
     order = cfg.node_order()
     member: dict[str, list[str]] = {}

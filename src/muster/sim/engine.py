@@ -64,6 +64,7 @@ from bisect import bisect_right, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from muster.common import clock as clocks
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
 from muster.core import priority as prio
 from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
@@ -175,7 +176,7 @@ def _new_job(tj: TraceJob) -> Job:
     j.derived_exit_code = 0
     j.exit_code = j.exit_signal = 0
     j.cancelled_by = None
-    # read by fair-share accounting (muster.controller.accounts.Accounts.observe)
+    # read by fair-share accounting (muster.controller.accounts.Accounts.job_saved)
     j.restarts = 0
     j.alloc = []
     j.account = ACCOUNT
@@ -202,6 +203,7 @@ class Simulator:
             self.cfg = dataclasses.replace(self.cfg, preempt_type="preempt/none")
         self.part_names = tuple(p.name for p in cluster.partitions)
         self.depth = prune_depth(policy, self.cfg) if len(self.part_names) == 1 else NO_PRUNING
+        self.clock = clocks.VirtualClock(jobs[0].submit if jobs else 0)
         self.accounts = None
         if not prio.static(self.cfg):
             # usage and fair-share exactly as the controller keeps them (its own class, on an
@@ -226,8 +228,9 @@ class Simulator:
         gc.disable()
         try:
             self._screen(jobs)
-            if why is None and pooled is not False:
-                why = next((w for v in self.views.values() if (w := self.pooled.admit(v))), None)
+            pooler = self.pooled  # set by _pooled_scope when it found no reason against it
+            if why is None and pooled is not False and pooler is not None:
+                why = next((w for v in self.views.values() if (w := pooler.admit(v))), None)
         finally:
             if collecting:
                 gc.enable()
@@ -284,11 +287,13 @@ class Simulator:
         for tj in jobs:
             v = self._view(tj)
             shape = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type)
-            first = why = None
+            first: str | None = None
+            why: str | None = None
             for k, (pv, empty) in enumerate(parts):
                 key = (k, shape)
-                why = cache.get(key, 0)
-                if why == 0:
+                if key in cache:
+                    why = cache[key]
+                else:
                     why = cache[key] = fits_ever(v, empty, self.cfg, already_empty=True)
                 if why is None and v.time_limit is not None and pv.max_time is not None \
                         and v.time_limit > pv.max_time:
@@ -306,6 +311,16 @@ class Simulator:
 
     # ---- the run ----------------------------------------------------------------------
     def run(self) -> SimResult:
+        """Replay the trace. For the run, ``self.clock`` (virtual, set to each event's time)
+        is the process's clock (muster.common.clock): shared controller code that reads
+        "now" reads the simulated instant, never the wall clock."""
+        prev = clocks.install(self.clock)
+        try:
+            return self._run()
+        finally:
+            clocks.install(prev)
+
+    def _run(self) -> SimResult:
         t_wall = _time.perf_counter()
         jobs = self.jobs
         n = len(jobs)
@@ -324,8 +339,8 @@ class Simulator:
         heap: list[tuple[int, int]] = []  # (end time, job id)
         accounts = self.accounts
         if accounts is not None:
-            from muster.controller.scheduling import accounting_inputs
-        series = [] if self.record_series else None
+            from muster.controller.scheduling import accounting_views
+        series: list | None = [] if self.record_series else None
         idle_waiting = free_partial = free_total = 0.0
         events = 0
         nxt = 0
@@ -348,6 +363,7 @@ class Simulator:
                 if backend.pending_gpu_jobs:
                     idle_waiting += dt * free_g
             last_t = t
+            self.clock.set(t)
             while heap and heap[0][0] == t:
                 _, jid = pop(heap)
                 rec = records.pop(jid)
@@ -355,6 +371,8 @@ class Simulator:
                 timed_out = killed[i]
                 finish(rec, exit_code=0, signal=SIGKILL if timed_out else 0,
                        timed_out=timed_out, now=t)
+                if accounts is not None:
+                    accounts.job_saved(rec, t)  # usage charged at the end, as the controller
                 end[i] = t
                 backend.ended(rec, jobs[i])
                 used_c -= rec.num_cpus
@@ -368,13 +386,16 @@ class Simulator:
                 nxt += 1
                 events += 1
                 records[tj.job_id] = _new_job(tj)
+                if accounts is not None:
+                    accounts.job_saved(records[tj.job_id], t)  # its user joins the tree
                 backend.arrive(tj)
-            extra = accounting_inputs(accounts, records, t, cfg) if accounts is not None else {}
+            extra = accounting_views(accounts, t, cfg) if accounts is not None else {}
             for st in backend.decide(t, extra):
                 jid = st.job_id
-                tj = pending.pop(jid, None)
-                if tj is None:
+                got = pending.pop(jid, None)
+                if got is None:
                     raise SimError(f"core started job {jid}, which is not pending")
+                tj = got
                 if tj.submit > t:
                     raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
                 rec = records[jid]
@@ -385,6 +406,8 @@ class Simulator:
                       node_list=",".join(a["node"] for a in alloc),
                       tres_alloc=f"cpu={sum(na.cpus for na in nodes)},gres/gpu={tj.gpus}", now=t)
                 backend.started(st, tj, rec)
+                if accounts is not None:
+                    accounts.job_saved(rec, t)  # tracked from its start
                 used_c += rec.num_cpus
                 used_g += tj.gpus
                 i = pos[jid]
@@ -424,6 +447,7 @@ class _PooledBackend:
     partial_free = pending_gpu_jobs = 0  # it has no GPUs
 
     def __init__(self, sim: Simulator) -> None:
+        assert sim.pooled is not None  # this backend is chosen only when the pooled one applies
         self.sched = sim.pooled
         self.views = sim.views
         self.pending: dict[int, TraceJob] = {}
@@ -545,6 +569,7 @@ class _CoreBackend:
         self.free_c -= rec.num_cpus
         self.free_g -= tj.gpus
         if self.with_running:
+            assert rec.start_time is not None  # it has just started
             self.running_views[jid] = RunningView(
                 job_id=jid, partition=st.partition, nodes=st.allocation.nodes, start_time=rec.start_time,
                 end_time=rec.end_time, user=rec.user, account=ACCOUNT, qos=QOS)

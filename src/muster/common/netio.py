@@ -14,6 +14,10 @@ Two kinds of stream (:class:`Link`):
 * **sealed** frames on TCP, after the :mod:`muster.common.linkauth` handshake
   (:func:`initiate`, :func:`respond`): ``4-byte length of body+tag | JSON body | 32-byte
   tag``. A frame that fails its MAC raises :class:`LinkForged`; the link is then closed.
+
+Lives in ``common`` because all three daemons speak it (controller, agent, musterrestd); it
+needs msgspec and asyncio, so the stdlib-only CLI never imports it (it frames with
+:mod:`muster.common.wire`).
 """
 
 from __future__ import annotations
@@ -119,7 +123,7 @@ async def read_body(reader: asyncio.StreamReader, limit: int = MAX_FRAME,
                             f"{limit}-byte limit")
     # small frames are not charged: one per connection, they are bounded by the connection cap
     charged = length if budget is not None and length > UNCHARGED_FRAME else 0
-    if charged and not budget.take(uid, charged):
+    if charged and budget is not None and not budget.take(uid, charged):  # (charged: a budget)
         raise Busy("Controller busy, try again (too many unfinished requests from this user)")
     body = None
     try:
@@ -130,7 +134,7 @@ async def read_body(reader: asyncio.StreamReader, limit: int = MAX_FRAME,
         # may not run for a long time
         exc.partial = b""
     finally:
-        if charged:
+        if charged and budget is not None:
             budget.give(uid, charged)
         if length >= LARGE_FRAME:
             memory_trimmer.soon()
@@ -260,6 +264,7 @@ async def respond(link: Link, keys: list[bytes], roles) -> tuple[str, dict, byte
         link.send(linkauth.refusal(str(exc)))
         raise LinkForged(str(exc)) from None
     link.seal(hs.pair(), initiator=False)
+    assert hs.role is not None and hs.key is not None  # set by the challenge just verified
     return hs.role, claims, hs.key
 
 
@@ -319,7 +324,8 @@ class _Trimmer:
     def _trim(self) -> None:
         self._pending = False
         self._last = time.monotonic()
-        self._libc.malloc_trim(0)
+        if self._libc is not None:  # (scheduled only when there is one)
+            self._libc.malloc_trim(0)
 
 
 memory_trimmer = _Trimmer()

@@ -10,7 +10,8 @@ top-level ``meta`` carries ``plugin.data_parser``, ``client``, ``command`` and
 partition and node state) rather than a flat node list.
 
 The same builders serve the REST API (muster.api), so the CLI and slurmrestd-style answers
-agree field for field.
+agree field for field; that is why the module lives in ``common`` (the API may not import the
+CLI package, tests/unit/test_layering.py).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ _MEM = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024 ** 3}
 
 def tres_list(s: str | None) -> list[dict]:
     """``cpu=2,mem=1G,node=1,billing=2,gres/gpu=2`` → v0.0.40 TRES list (mem in MB)."""
-    out = []
+    out: list[dict] = []
     for item in (s or "").split(","):
         k, sep, v = item.partition("=")
         if not sep:
@@ -219,7 +220,8 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
         "federation_origin": "",
         "federation_siblings_active": "",
         "federation_siblings_viable": "",
-        "gres_detail": [f"gpu:{len(a.get('gpus') or [])}(IDX:{','.join(map(str, a.get('gpus') or [])) or 'N/A'})"
+        "gres_detail": [f"gpu:{len(a.get('gpus') or [])}"
+                        f"(IDX:{','.join(map(str, a.get('gpus') or [])) or 'N/A'})"
                         for a in alloc if a.get("gpus")],
         "group_id": j.get("gid", 0),
         "group_name": _s(j.get("group")),
@@ -462,7 +464,7 @@ def sinfo_json(partitions: list[dict], nodes: list[dict], now: int, *, cluster: 
             cpus_total = sum(n.get("cpus") or 0 for n in ns)
             cpus_alloc = sum(n.get("cpus_alloc") or 0 for n in ns)
             down = states[0] == "DOWN" or "DRAIN" in states
-            free = [n.get("free_mem") for n in ns if n.get("free_mem") is not None]
+            free = [n["free_mem"] for n in ns if n.get("free_mem") is not None]
             groups.append({
                 "port": ns[0].get("port") or 6818,
                 "node": {"state": list(states)},
@@ -551,7 +553,7 @@ def _usage_tres(side: dict | None) -> dict:
     side = side or {}
     out = {}
     for key, kind in (("max", "max"), ("min", "min"), ("average", "ave"), ("total", "tot")):
-        items = []
+        items: list[dict] = []
         for name in sorted(side.get(kind) or {}):
             typ, _, sub = name.partition("/") if name.startswith("gres/") else (name, "", "")
             item = {"type": typ, "name": sub, "id": _TRES_IDS.get(name, 1000 + len(items)),

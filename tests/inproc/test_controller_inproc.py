@@ -1,0 +1,204 @@
+"""The controller's decisions, driven in process by requests, agent reports and a virtual clock
+(harness: tests/inproc/conftest.py). No sockets, no sleeps: each test runs in milliseconds and
+sees the same times on every run."""
+
+from __future__ import annotations
+
+DAY = 86400
+
+
+def test_submit_schedule_start_end(ip):
+    jid = ip.submit(ntasks=2)
+    assert ip.job(jid).state == "PENDING"
+    ip.settle()
+    job = ip.job(jid)
+    assert job.state == "RUNNING" and job.start_time == ip.start
+    launch = ip.agents[job.batch_host].ops("launch", jid)
+    assert len(launch) == 1 and launch[0]["uid"] == ip.uid
+    assert launch[0]["time_limit_s"] == 600
+    assert job.launch_confirmed  # the fake agent's job_started went through the handler
+    ip.advance(42)
+    ip.end(jid, exit_code=3)
+    ip.settle()
+    rec = ip.request("jobs", job_ids=[jid])["jobs"][0]
+    assert (rec["state"], rec["exit_code"]) == ("FAILED", 3)
+    assert rec["end_time"] == ip.start + 42
+    ok = ip.submit()
+    ip.settle()
+    ip.end(ok)
+    assert ip.job(ok).state == "COMPLETED" and ip.job(ok).exit_code == 0
+
+
+def test_cancel_pending_and_running(ip):
+    running = ip.submit(ntasks=4, nodes_min=2)  # takes every CPU
+    pending = ip.submit()
+    ip.settle()
+    assert ip.job(running).state == "RUNNING" and ip.job(pending).state == "PENDING"
+    assert ip.request("cancel", jobs=[{"job_id": pending}])["ok"]
+    assert ip.job(pending).state == "CANCELLED"
+    assert not any(a.ops("terminate", pending) for a in ip.agents.values())
+    ip.advance(5)
+    assert ip.request("cancel", jobs=[{"job_id": running}])["ok"]
+    assert all(a.ops("terminate", running) for a in ip.agents.values())  # both of its nodes
+    ip.pump()  # the batch host reports the SIGKILLed script
+    job = ip.job(running)
+    assert job.state == "CANCELLED" and not job.completing
+    assert job.end_time == ip.start + 5
+
+
+def test_other_users_may_not_cancel(ip):
+    jid = ip.submit()
+    reply = ip.request("cancel", uid=ip.uid + 12345, jobs=[{"job_id": jid}])
+    assert reply.get("errors") or not reply["ok"], reply
+    assert ip.job(jid).state == "PENDING"
+
+
+def test_requeue_running_job_runs_again(ip):
+    jid = ip.submit()
+    ip.settle()
+    first_host = ip.job(jid).batch_host
+    assert ip.request("requeue", jobs=[{"job_id": jid}])["ok"]
+    assert [m["why"] for m in ip.agents[first_host].ops("terminate", jid)] == ["requeue"]
+    ip.pump()
+    job = ip.job(jid)
+    assert job.restarts == 1
+    ip.advance(1)  # past requeue_delay=0's begin time
+    job = ip.job(jid)
+    assert job.state == "RUNNING" and job.restarts == 1
+    launches = [m for a in ip.agents.values() for m in a.ops("launch", jid)]
+    assert [m["run"] for m in launches] == [0, 1]
+
+
+def test_node_failure_requeues_batch_job(ip):
+    jid = ip.submit(nodes_min=2, ntasks=2)
+    ip.settle()
+    host = ip.job(jid).batch_host
+    other = next(n for n in ip.agents if n != host)
+    ip.disconnect(other)
+    ip.advance(29)  # SlurmdTimeout=30: not yet
+    assert ip.ctl.state.nodes[other].down is False and ip.job(jid).state == "RUNNING"
+    ip.advance(2)
+    node = ip.ctl.state.nodes[other]
+    assert node.down and node.reason == "Not responding"
+    assert [m["why"] for m in ip.agents[host].ops("terminate", jid)] == ["node_fail"]
+    job = ip.job(jid)
+    assert job.restarts == 1 and job.state == "PENDING"  # requeued; only one node left
+    runs = ip.request("acct", job_ids=[jid], duplicates=True)
+    assert "NODE_FAIL" in str(runs)
+
+
+def test_node_failure_without_requeue_is_node_fail(ip):
+    jid = ip.submit(requeue=False)
+    ip.settle()
+    host = ip.job(jid).batch_host
+    ip.disconnect(host)
+    ip.advance(31)
+    job = ip.job(jid)
+    assert job.state == "NODE_FAIL" and job.restarts == 0
+    assert job.end_time == ip.start + 31
+
+
+def test_interactive_allocation_times_out(ip):
+    reply = ip.request("allocate", job={"ntasks": 1, "time_limit": 2, "work_dir": "/tmp",
+                                        "name": "alloc"}, lease=False)
+    jid = reply["job_id"]
+    ip.settle()
+    assert ip.job(jid).state == "RUNNING"
+    ip.advance(119)
+    assert ip.job(jid).state == "RUNNING"
+    assert not any(a.ops("terminate", jid) for a in ip.agents.values())
+    ip.advance(1)  # the 2-minute limit
+    job = ip.job(jid)
+    assert job.state == "TIMEOUT"
+    assert [m["why"] for a in ip.agents.values() for m in a.ops("terminate", jid)] == ["timeout"]
+
+
+def test_batch_job_times_out(ip):
+    """At the limit the controller ends the job's steps (``scope: steps``) and the agent's
+    supervisor, whose deadline came with the launch, ends the script: TIMEOUT."""
+    jid = ip.submit(time_limit=1)
+    ip.settle()
+    ip.advance(59)
+    assert ip.job(jid).state == "RUNNING"
+    ip.advance(1)
+    host = ip.job(jid).batch_host
+    assert [(m["why"], m.get("scope")) for m in ip.agents[host].ops("terminate", jid)] \
+        == [("timeout", "steps")]
+    job = ip.job(jid)
+    assert (job.state, job.reason) == ("TIMEOUT", "TimeLimit")
+    assert job.end_time == ip.start + 60
+
+
+PREEMPT = """PreemptType=preempt/partition_prio
+PreemptMode=REQUEUE
+PartitionName=low Nodes=ALL PriorityTier=1 MaxTime=UNLIMITED State=UP
+PartitionName=high Nodes=ALL PriorityTier=2 MaxTime=UNLIMITED State=UP
+"""
+
+
+def test_partition_priority_preempts_and_requeues(make_inproc):
+    ip = make_inproc(PREEMPT)
+    victim = ip.submit(partition="low", nodes_min=2, ntasks=8)
+    ip.settle()
+    assert ip.job(victim).state == "RUNNING"
+    ip.advance(10)
+    urgent = ip.submit(partition="high", ntasks=4)
+    ip.settle()
+    assert [m["why"] for a in ip.agents.values() for m in a.ops("terminate", victim)] \
+        == ["preempt", "preempt"]
+    assert ip.job(urgent).state == "RUNNING" and ip.job(urgent).start_time == ip.start + 10
+    v = ip.job(victim)
+    assert v.state == "PENDING" and v.restarts == 1  # requeued under the same id
+
+
+RESV_DAILY = dict(name="maint", users=["root"], nodes=["n1", "n2"], flags=["DAILY"],
+                  start=0, duration=60)  # start: set per test (ip.start + 3600)
+
+
+def test_daily_reservation_rolls_over(ip):
+    assert ip.request("resv_create", uid=0, spec={**RESV_DAILY, "start": ip.start + 3600})["ok"]
+    r = ip.request("reservations", name="maint")
+    assert "reservations" in r
+    first = ip.ctl.state.reservations.get("maint")
+    assert (first["start"], first["end"]) == (ip.start + 3600, ip.start + 3600 + 3600)
+    ip.advance(3600 + 3600 - 1)  # inside the window
+    assert ip.ctl.state.reservations.get("maint")["start"] == ip.start + 3600
+    ip.advance(1)  # the window's end: the reservation moves to the same hour tomorrow
+    rolled = ip.ctl.state.reservations.get("maint")
+    assert (rolled["start"], rolled["end"]) == (ip.start + 3600 + DAY, ip.start + 7200 + DAY)
+    stored = {r["name"]: r for r in ip.store.load_reservations()}  # committed, not only in memory
+    assert stored["maint"]["start"] == ip.start + 3600 + DAY
+
+
+def test_reservation_blocks_job_that_would_overlap(ip):
+    assert ip.request("resv_create", uid=0, spec={**RESV_DAILY, "start": ip.start + 3600})["ok"]
+    jid = ip.submit(nodes_min=2, ntasks=2, time_limit=120)  # would run into the window
+    ip.settle()
+    assert ip.job(jid).state == "PENDING"
+    short = ip.submit(nodes_min=2, ntasks=2, time_limit=30)  # ends before it
+    ip.settle()
+    assert ip.job(short).state == "RUNNING"
+
+
+def _scenario(ip) -> list:
+    """A mixed run: starts, an end, a cancel, a node failure; what the agents were sent and
+    the jobs' records (without the per-run temporary paths)."""
+    jobs = [ip.submit(ntasks=n) for n in (1, 2, 3, 2)]
+    ip.settle()
+    ip.advance(7)
+    ip.end(jobs[0], exit_code=1)
+    ip.request("cancel", jobs=[{"job_id": jobs[1]}])
+    ip.advance(3)
+    ip.disconnect("n2")
+    ip.advance(40)
+    sent = [(a.name, m.get("op"), m.get("job_id"), m.get("run"), m.get("why"))
+            for a in ip.agents.values() for m in a.sent]
+    recs = [(r["job_id"], r["state"], r.get("start_time"), r.get("end_time"), r.get("nodes"))
+            for r in ip.request("jobs", job_ids=jobs)["jobs"]]
+    return [sent, recs]
+
+
+def test_same_events_same_decisions(make_inproc):
+    first, second = _scenario(make_inproc()), _scenario(make_inproc())
+    assert first == second
+    assert any(r[1] == "CANCELLED" for r in first[1])
