@@ -275,6 +275,25 @@ class Hierarchy:
         """``pids.max`` (None: unlimited)."""
         self._write(self._file("pids", rel, "pids.max"), "max" if n is None else str(int(n)))
 
+    def signal_all(self, rel: str, *sigs: int) -> int:
+        """Send *sigs*, in order, to every process of the subtree, frozen meanwhile so the
+        set is exact (as Slurm's proctrack/cgroup): a process a signal handler forks after the
+        thaw gets none of them. Returns how many processes were signalled."""
+        rel = _norm(rel)
+        frozen = self._freeze(rel, True)
+        try:
+            pids = self.procs(rel)
+            for pid in pids:
+                for sig in sigs:
+                    try:
+                        os.kill(pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        break
+            return len(pids)
+        finally:
+            if frozen:
+                self._freeze(rel, False)
+
     def kill_all(self, rel: str, timeout: float = 10.0) -> bool:
         """SIGKILL every process of the subtree; True once it is empty (within *timeout*).
 
@@ -913,9 +932,10 @@ def bpf_device_filter_supported() -> bool:
 # discovery
 
 
-def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, set[str]]]:
-    """(mount point, fs type, super options) of every cgroup/cgroup2 mount."""
-    out: list[tuple[str, str, set[str]]] = []
+def _cgroup_mount_entries(mountinfo: str) -> list[tuple[str, str, list[str], list[str]]]:
+    """(mount point, fs type, per-mount options, superblock options in their order) of every
+    cgroup/cgroup2 line of *mountinfo*; [] when it cannot be read."""
+    out: list[tuple[str, str, list[str], list[str]]] = []
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as fh:
             lines = fh.read().splitlines()
@@ -924,11 +944,15 @@ def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, set
     for line in lines:
         head, sep, tail = line.partition(" - ")
         fields, rest = head.split(), tail.split()
-        if not sep or len(fields) < 5 or len(rest) < 3 or rest[0] not in ("cgroup", "cgroup2"):
-            continue
-        point = fields[4].encode().decode("unicode_escape")  # \040 etc.
-        out.append((point, rest[0], set(rest[2].split(","))))
+        if sep and len(fields) >= 6 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
+            point = fields[4].encode().decode("unicode_escape")  # \040 etc.
+            out.append((point, rest[0], fields[5].split(","), rest[2].split(",")))
     return out
+
+
+def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, set[str]]]:
+    """(mount point, fs type, super options) of every cgroup/cgroup2 mount."""
+    return [(p, kind, set(sup)) for p, kind, _opts, sup in _cgroup_mount_entries(mountinfo)]
 
 
 def _find_v2(mount: str, mounts) -> str | None:
@@ -1099,19 +1123,8 @@ def _mount_syscall(source: str, target: str, fstype: str, flags: int, data: str)
 
 def cgroup2_mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, set, list]]:
     """(mount point, per-mount options, superblock options) of every cgroup2 mount."""
-    out: list[tuple[str, set, list]] = []
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        head, sep, tail = line.partition(" - ")
-        fields, rest = head.split(), tail.split()
-        if sep and len(fields) >= 6 and len(rest) >= 3 and rest[0] == "cgroup2":
-            point = fields[4].encode().decode("unicode_escape")
-            out.append((point, set(fields[5].split(",")), rest[2].split(",")))
-    return out
+    return [(p, set(opts), sup) for p, kind, opts, sup in _cgroup_mount_entries(mountinfo)
+            if kind == "cgroup2"]
 
 
 def favor_dynmods(mountinfo: str = "/proc/self/mountinfo", private_parent: str | None = None,
