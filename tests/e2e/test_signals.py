@@ -56,7 +56,9 @@ while not os.path.exists(os.path.join(d, "stop")):
 # (bash runs traps only between commands, and `wait` is interrupted by a trapped signal).
 BATCH = r'''#!/bin/bash
 D=$1
-mark() { echo "$1 $(date +%s.%N)" >> "$D/batch"; }
+# no fork in the trap ($EPOCHREALTIME, bash 5): a child of the trap could itself be hit by the
+# next signal of the same kill (the time limit signals the process group and the cgroup)
+mark() { echo "$1 $EPOCHREALTIME" >> "$D/batch"; }
 trap 'mark USR1' USR1
 trap 'mark USR2' USR2
 trap 'mark TERM' TERM

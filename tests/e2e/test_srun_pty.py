@@ -183,8 +183,11 @@ def test_interactive_shell_on_a_pty(c, term):
     t.send("jobs; echo W$((1+1))W\r")  # the shell notes the job's end: none left at exit
     t.expect("W2W")
     # bash prints the notice when it has reaped the job: before or after W2W, as SIGCHLD falls
-    wait_for(lambda: t._read(0.05) or re.search(rb"Killed\s+sleep 1002", t.buf[after_stop:]),
-             timeout=15, what="bash's notice that the job was killed")
+    try:
+        wait_for(lambda: t._read(0.05) or re.search(rb"Killed\s+sleep 1002", t.buf[after_stop:]),
+                 timeout=15, what="bash's notice that the job was killed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; output: {t.buf[after_stop:][-800:]!r}") from None
 
     # exit N ends srun with N and the step, background jobs (groups of their own) included;
     # the local terminal is as it was

@@ -275,25 +275,6 @@ class Hierarchy:
         """``pids.max`` (None: unlimited)."""
         self._write(self._file("pids", rel, "pids.max"), "max" if n is None else str(int(n)))
 
-    def signal_all(self, rel: str, *sigs: int) -> int:
-        """Send *sigs*, in order, to every process of the subtree, frozen meanwhile so the
-        set is exact (as Slurm's proctrack/cgroup): a process a signal handler forks after the
-        thaw gets none of them. Returns how many processes were signalled."""
-        rel = _norm(rel)
-        frozen = self._freeze(rel, True)
-        try:
-            pids = self.procs(rel)
-            for pid in pids:
-                for sig in sigs:
-                    try:
-                        os.kill(pid, sig)
-                    except (ProcessLookupError, PermissionError):
-                        break
-            return len(pids)
-        finally:
-            if frozen:
-                self._freeze(rel, False)
-
     def kill_all(self, rel: str, timeout: float = 10.0) -> bool:
         """SIGKILL every process of the subtree; True once it is empty (within *timeout*).
 

@@ -548,14 +548,14 @@ class StepCgroup:
         except cg.CgroupError:
             return 0
 
-    def signal(self, *sigs: int) -> None:
-        """``sigs``, in order, to every process of the step, frozen meanwhile (scancel, the
-        time limit: what left the task's session gets them too, as with Slurm's
-        proctrack/cgroup; each process gets each signal once)."""
-        try:
-            self.hier.signal_all(self.rel, *sigs)
-        except cg.CgroupError:
-            pass
+    def signal(self, sig: int) -> None:
+        """``sig`` to every process of the step (scancel, the time limit: what left the
+        task's session gets it too, as with Slurm's proctrack/cgroup)."""
+        for pid in self.pids():
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     def kill(self) -> bool:
         """SIGKILL everything in the step; True once it is empty."""
@@ -632,4 +632,5 @@ def oom_line(job_id: int, step: str, n: int) -> str:
 def signal_step(step: StepCgroup | None, *sigs: int) -> None:
     """``sigs``, in order, to every process of the step (nothing when unconfined)."""
     if step is not None:
-        step.signal(*sigs)
+        for sig in sigs:
+            step.signal(sig)

@@ -411,15 +411,12 @@ class _StepD:
             msg = (f"slurmstepd: error: *** STEP {self.L['job_id']}.{self.L['step_id']} ON {self.node} "
                    f"CANCELLED AT {stamp}{WHY_TEXT.get(why, '')} ***\n").encode()
             self._send(io.pack(io.STDERR, self.L["tasks"][0], msg))
-        if self.cg is not None:
-            # the whole step's cgroup, once each: what left the tasks' sessions (setsid) gets
-            # it too, and a process a trap forks afterwards gets nothing
-            confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
-        else:
-            for t in self.tasks:
-                if t.status is None:
-                    _killpg(t.pid, signal.SIGCONT)
-                    _killpg(t.pid, signal.SIGTERM)
+        for t in self.tasks:
+            if t.status is None:
+                _killpg(t.pid, signal.SIGCONT)
+                _killpg(t.pid, signal.SIGTERM)
+        # what left the tasks' sessions (setsid) gets it too: the whole step's cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
         self.kill_at = time.time() + self.L.get("kill_wait", 30)
 
     def _done(self) -> bool:

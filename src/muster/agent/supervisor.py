@@ -264,13 +264,10 @@ class _Supervisor:
         line = (f"slurmstepd: error: *** JOB {self.job_id} ON {self.node} CANCELLED AT {stamp}"
                 f"{WHY_TEXT.get(why, '')} ***\n")
         write_unstalled(self.err_fd, line.encode())
-        if self.cg is not None:
-            # the whole step's cgroup, once each: what left the shell's process group
-            # (setsid) gets it too, and a process a trap forks afterwards gets nothing
-            confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
-        else:
-            _killpg(pid, signal.SIGCONT)
-            _killpg(pid, signal.SIGTERM)
+        _killpg(pid, signal.SIGCONT)
+        _killpg(pid, signal.SIGTERM)
+        # what left the shell's process group (setsid) gets it too: the whole step's cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
 
     def _send_warning(self, pid: int, spec: dict) -> None:
         """``--signal=B:SIG@T``: SIGCONT then SIG to the batch shell alone — not its children
