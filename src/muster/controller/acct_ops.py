@@ -204,6 +204,8 @@ def sacctmgr(ctl, msg, uid, gid):
 # ---- add ---------------------------------------------------------------------------------
 
 def _add(ctl, entity: str, names: list, opts: list) -> dict:
+    """``sacctmgr add`` of clusters (a message only), QOS, accounts, users/associations:
+    records that exist already are skipped (rc 1, "Nothing new added." when none was new)."""
     acc = ctl.state.accounts
     cluster = ctl.cfg.cluster_name
     ident, rest, _ = _split(opts, names)
@@ -212,97 +214,114 @@ def _add(ctl, entity: str, names: list, opts: list) -> dict:
         return {"lines": [" Adding Cluster(s)"] + [f"  Name           = {n}" for n in names],
                 "rc": 0}
     if entity == "qos":
-        if not names:
-            raise _bad("Need name of QOS to add")
-        added = []
-        for n in names:
-            if n in acc.qos:
-                continue
-            rec = {"name": n, "description": n, "priority": 0, "flags": [], "preempt": [],
-                   "preempt_mode": None, "grace_time": 0, "usage_factor": 1.0}
-            apply_opts(acc, rec, rest, "qos")
-            acc.put_qos(rec)
-            added.append(n)
-        if not added:
-            return {"lines": [" Nothing new added."], "rc": 1}
-        return {"lines": [" Adding QOS(s)"] + [f"  {n}" for n in added] + [
-            " Settings", f"  Description    = {acc.qos[added[0]].get('description') or added[0]}"],
-            "rc": 0}
+        return _add_qos(acc, names, rest)
     if entity == "account":
-        if not names:
-            raise _bad("Need name of account to add")
-        parent = (ident.get("parent") or [None])[0]
-        for name, _op, val in rest:
-            if name.lower() == "parent":
-                parent = val
-        parent = parent or "root"
-        if parent not in acc.accounts:
-            raise _bad(f" Parent account '{parent}' doesn't exist.")
-        added = []
-        for n in names:
-            if n in acc.accounts:
-                continue
-            rec = {"name": n, "parent": parent, "shares": 1, "description": n,
-                   "organization": parent if parent != "root" else n, "qos": []}
-            apply_opts(acc, rec, rest, "account")
-            rec["parent"] = parent
-            acc.put_account(rec)
-            added.append(n)
-        if not added:
-            return {"lines": [" Nothing new added."], "rc": 1}
-        lines = [" Adding Account(s)"] + [f"  {n}" for n in added]
-        lines += [" Settings", "  Description     = Account Name",
-                  "  Organization    = Parent/Account Name", " Associations"]
-        lines += [f"  A = {n:<10} C = {cluster:<10}" for n in added]
-        return {"lines": lines, "rc": 0}
+        return _add_accounts(acc, cluster, names, ident, rest)
     if entity in ("user", "assoc"):
-        users = names + ident.get("user", [])
-        accounts = ident.get("account", [])
-        default = (ident.get("defaultaccount") or [None])[0]
-        parts = ident.get("partition") or [""]
-        if not users:
-            raise _bad("Need name of user to add")
-        if not accounts and default:
-            accounts = [default]
-        if not accounts:
-            raise _bad(" Need a default account for these users to add.")
-        for a in accounts + ([default] if default else []):
-            if a not in acc.accounts:
-                raise _bad(f" This account '{a}' doesn't exist.\n"
-                           "        Contact your admin to add this account.")
-        for p in parts:
-            if p and p not in ctl.cfg.partitions:
-                raise _bad(f" Partition '{p}' doesn't exist on the cluster.")
-        added = []
-        for u in users:
-            has_default = acc.default_account(u) is not None
-            for a in accounts:
-                for p in parts:
-                    if (u, a, p) in acc.assocs:
-                        continue
-                    is_def = (default == a) if default else (not has_default and a == accounts[0])
-                    if is_def:
-                        for key, other in list(acc.assocs.items()):
-                            if key[0] == u and other.get("is_default"):
-                                other = dict(other, is_default=False)
-                                acc.put_assoc(other)
-                        has_default = True
-                    rec = {"user": u, "account": a, "partition": p, "shares": 1,
-                           "is_default": is_def}
-                    apply_opts(acc, rec, rest, "assoc")
-                    acc.put_assoc(rec)
-                    added.append((u, a, p))
-        if not added:
-            return {"lines": [" Nothing new added."], "rc": 1}
-        lines = [" Adding User(s)"] + [f"  {u}" for u in dict.fromkeys(x[0] for x in added)]
-        lines += [" Associations ="]
-        lines += [f"  U = {u:<9} A = {a:<10} C = {cluster:<10}" + (f" P = {p}" if p else "")
-                  for u, a, p in added]
-        lines += [" Non Default Settings"]
-        for u in dict.fromkeys(x[0] for x in added):
-            lines.append(f"  Default Account = {acc.default_account(u)}")
-        return {"lines": lines, "rc": 0}
+        return _add_users(ctl, acc, cluster, names, ident, rest)
     raise _bad(f"Invalid entity: {entity}")
+
+
+def _add_qos(acc, names: list, rest: list) -> dict:
+    if not names:
+        raise _bad("Need name of QOS to add")
+    added = []
+    for n in names:
+        if n in acc.qos:
+            continue
+        rec = {"name": n, "description": n, "priority": 0, "flags": [], "preempt": [],
+               "preempt_mode": None, "grace_time": 0, "usage_factor": 1.0}
+        apply_opts(acc, rec, rest, "qos")
+        acc.put_qos(rec)
+        added.append(n)
+    if not added:
+        return {"lines": [" Nothing new added."], "rc": 1}
+    return {"lines": [" Adding QOS(s)"] + [f"  {n}" for n in added] + [
+        " Settings", f"  Description    = {acc.qos[added[0]].get('description') or added[0]}"],
+        "rc": 0}
+
+
+def _add_accounts(acc, cluster: str, names: list, ident: dict, rest: list) -> dict:
+    """Accounts under one parent (``parent=``, the last one given; default ``root``), which
+    must exist; an option cannot move an added account elsewhere."""
+    if not names:
+        raise _bad("Need name of account to add")
+    parent = (ident.get("parent") or [None])[0]
+    for name, _op, val in rest:
+        if name.lower() == "parent":
+            parent = val
+    parent = parent or "root"
+    if parent not in acc.accounts:
+        raise _bad(f" Parent account '{parent}' doesn't exist.")
+    added = []
+    for n in names:
+        if n in acc.accounts:
+            continue
+        rec = {"name": n, "parent": parent, "shares": 1, "description": n,
+               "organization": parent if parent != "root" else n, "qos": []}
+        apply_opts(acc, rec, rest, "account")
+        rec["parent"] = parent
+        acc.put_account(rec)
+        added.append(n)
+    if not added:
+        return {"lines": [" Nothing new added."], "rc": 1}
+    lines = [" Adding Account(s)"] + [f"  {n}" for n in added]
+    lines += [" Settings", "  Description     = Account Name",
+              "  Organization    = Parent/Account Name", " Associations"]
+    lines += [f"  A = {n:<10} C = {cluster:<10}" for n in added]
+    return {"lines": lines, "rc": 0}
+
+
+def _add_users(ctl, acc, cluster: str, names: list, ident: dict, rest: list) -> dict:
+    """One association per (user, account, partition). The accounts and partitions must
+    exist. A user has exactly one default association: ``defaultaccount=`` moves it there;
+    without it a user who has none gets the first account given."""
+    users = names + ident.get("user", [])
+    accounts = ident.get("account", [])
+    default = (ident.get("defaultaccount") or [None])[0]
+    parts = ident.get("partition") or [""]
+    if not users:
+        raise _bad("Need name of user to add")
+    if not accounts and default:
+        accounts = [default]
+    if not accounts:
+        raise _bad(" Need a default account for these users to add.")
+    for a in accounts + ([default] if default else []):
+        if a not in acc.accounts:
+            raise _bad(f" This account '{a}' doesn't exist.\n"
+                       "        Contact your admin to add this account.")
+    for p in parts:
+        if p and p not in ctl.cfg.partitions:
+            raise _bad(f" Partition '{p}' doesn't exist on the cluster.")
+    added = []
+    for u in users:
+        has_default = acc.default_account(u) is not None
+        for a in accounts:
+            for p in parts:
+                if (u, a, p) in acc.assocs:
+                    continue
+                is_def = (default == a) if default else (not has_default and a == accounts[0])
+                if is_def:
+                    for key, other in list(acc.assocs.items()):
+                        if key[0] == u and other.get("is_default"):
+                            other = dict(other, is_default=False)
+                            acc.put_assoc(other)
+                    has_default = True
+                rec = {"user": u, "account": a, "partition": p, "shares": 1,
+                       "is_default": is_def}
+                apply_opts(acc, rec, rest, "assoc")
+                acc.put_assoc(rec)
+                added.append((u, a, p))
+    if not added:
+        return {"lines": [" Nothing new added."], "rc": 1}
+    lines = [" Adding User(s)"] + [f"  {u}" for u in dict.fromkeys(x[0] for x in added)]
+    lines += [" Associations ="]
+    lines += [f"  U = {u:<9} A = {a:<10} C = {cluster:<10}" + (f" P = {p}" if p else "")
+              for u, a, p in added]
+    lines += [" Non Default Settings"]
+    for u in dict.fromkeys(x[0] for x in added):
+        lines.append(f"  Default Account = {acc.default_account(u)}")
+    return {"lines": lines, "rc": 0}
 
 
 # ---- modify ------------------------------------------------------------------------------
@@ -461,6 +480,8 @@ def _limits_row(rec: dict) -> dict:
 
 
 def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
+    """``sacctmgr show``: raw rows (the CLI lays them out), filtered by the names given
+    (``name=`` or bare), sorted by name; associations in tree order."""
     acc = ctl.state.accounts
     cluster = ctl.cfg.cluster_name
     ident, _, _ = _split(where, names)
@@ -471,30 +492,7 @@ def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
                  "qos": "normal", "defqos": "", "grpjobs": "", "grptres": "", "grpsubmit": "",
                  "maxjobs": "", "maxtres": "", "maxsubmit": "", "maxwall": "", "fairshare": "1"}]
     if entity == "qos":
-        qrows: list[dict] = []
-        for n, q in sorted(acc.qos.items()):
-            if wanted and n not in wanted:
-                continue
-            qrows.append({
-                "name": n, "description": q.get("description") or n,
-                "priority": str(q.get("priority") or 0),
-                "gracetime": _wall((q.get("grace_time") or 0) // 60) if q.get("grace_time") else "00:00:00",
-                "preempt": ",".join(sorted(q.get("preempt") or [])),
-                "preemptexempttime": _wall((q.get("preempt_exempt_time") or 0) // 60)
-                if q.get("preempt_exempt_time") else "",
-                "preemptmode": q.get("preempt_mode") or "cluster",
-                "flags": ",".join(q.get("flags") or []), "usagethres": "",
-                "usagefactor": f"{float(q['usage_factor'] if q.get('usage_factor') is not None else 1):.6f}",
-                "grptres": tres_str(q.get("grp_tres")), "grptresmins": "", "grptresrunmins": "",
-                "grpjobs": "" if q.get("grp_jobs") is None else str(q["grp_jobs"]),
-                "grpsubmit": "", "grpwall": "", "maxtres": tres_str(q.get("max_tres_per_job")),
-                "maxtrespernode": "", "maxtresmins": "", "maxwall": _wall(q.get("max_wall")),
-                "maxtrespu": tres_str(q.get("max_tres_per_user")),
-                "maxjobspu": "" if q.get("max_jobs_per_user") is None else str(q["max_jobs_per_user"]),
-                "maxsubmitpu": "" if q.get("max_submit_jobs_per_user") is None
-                else str(q["max_submit_jobs_per_user"]),
-                "maxtrespa": "", "maxjobspa": "", "maxsubmitpa": "", "mintres": "", "id": ""})
-        return qrows
+        return [_qos_row(n, q) for n, q in sorted(acc.qos.items()) if not wanted or n in wanted]
     if entity == "account":
         return [{"account": n, "descr": a.get("description") or n,
                  "org": a.get("organization") or n, "parentname": a.get("parent") or "",
@@ -510,7 +508,36 @@ def _show(ctl, entity: str, where: list, names: list) -> list[dict]:
                         "admin": "Administrator" if u == "root" else "None",
                         "account": "", "cluster": cluster})
         return out
-    # associations, in tree order (account, its users, its sub-accounts)
+    return _show_assocs(acc, cluster, ident, wanted)
+
+
+def _qos_row(n: str, q: dict) -> dict:
+    """One QOS as ``sacctmgr show qos`` fields (unset limits empty)."""
+    return {
+        "name": n, "description": q.get("description") or n,
+        "priority": str(q.get("priority") or 0),
+        "gracetime": _wall((q.get("grace_time") or 0) // 60) if q.get("grace_time") else "00:00:00",
+        "preempt": ",".join(sorted(q.get("preempt") or [])),
+        "preemptexempttime": _wall((q.get("preempt_exempt_time") or 0) // 60)
+        if q.get("preempt_exempt_time") else "",
+        "preemptmode": q.get("preempt_mode") or "cluster",
+        "flags": ",".join(q.get("flags") or []), "usagethres": "",
+        "usagefactor": f"{float(q['usage_factor'] if q.get('usage_factor') is not None else 1):.6f}",
+        "grptres": tres_str(q.get("grp_tres")), "grptresmins": "", "grptresrunmins": "",
+        "grpjobs": "" if q.get("grp_jobs") is None else str(q["grp_jobs"]),
+        "grpsubmit": "", "grpwall": "", "maxtres": tres_str(q.get("max_tres_per_job")),
+        "maxtrespernode": "", "maxtresmins": "", "maxwall": _wall(q.get("max_wall")),
+        "maxtrespu": tres_str(q.get("max_tres_per_user")),
+        "maxjobspu": "" if q.get("max_jobs_per_user") is None else str(q["max_jobs_per_user"]),
+        "maxsubmitpu": "" if q.get("max_submit_jobs_per_user") is None
+        else str(q["max_submit_jobs_per_user"]),
+        "maxtrespa": "", "maxjobspa": "", "maxsubmitpa": "", "mintres": "", "id": ""}
+
+
+def _show_assocs(acc, cluster: str, ident: dict, wanted: set) -> list[dict]:
+    """Associations in tree order from ``root``: an account's own row (only when no user or
+    partition filter is given), then its user associations sorted, then its sub-accounts
+    sorted by name, depth first. ``wanted`` names count as accounts."""
     users = set(ident.get("user", []))
     accounts = set(ident.get("account", []) + list(wanted))
     parts = set(ident.get("partition", []))

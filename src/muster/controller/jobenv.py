@@ -15,15 +15,28 @@ NO_ARRAY_TASK = 4294967294
 
 def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
               login: dict | None = None) -> dict[str, str]:
+    """The batch script's environment: ``submitted`` (the client's, already filtered by
+    ``--export``), under ``--export=NONE`` completed by ``login`` (the user's login
+    environment, never overriding what was submitted), ``TMPDIR`` if unset; then Slurm's
+    variables override. Variables describe the first node of the allocation (where the
+    script runs); a job without an allocation gets an empty node and its CPU count."""
     env = dict(submitted)
     if login and (job.export or "").upper().split(",")[0] in ("NONE", "NIL"):
         for k, v in login.items():
             env.setdefault(k, v)
     first: dict = (job.alloc[0] if job.alloc else
                    {"node": "", "cpus": job.num_cpus, "gpus": [], "tasks": 1})
+    s = _slurm_vars(job, first, cluster_name, conf_path)
+    env.setdefault("TMPDIR", "/tmp")
+    _optional_vars(job, first, s)
+    env.update(s)
+    return env
+
+
+def _slurm_vars(job: Job, first: dict, cluster_name: str, conf_path: str) -> dict[str, str]:
+    """The variables every batch script gets, in a fixed order (the environment keeps it)."""
     node = first["node"]
-    gpus = ",".join(str(g) for g in first.get("gpus") or ())
-    s = {
+    return {
         "ENVIRONMENT": "BATCH",
         "HOSTNAME": node,
         "SLURMD_NODENAME": node,
@@ -59,7 +72,12 @@ def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
         "SLURM_JOB_START_TIME": str(job.start_time or 0),
         "SLURM_JOB_END_TIME": str(job.end_time or 0),
     }
-    env.setdefault("TMPDIR", "/tmp")
+
+
+def _optional_vars(job: Job, first: dict, s: dict[str, str]) -> None:
+    """Add to ``s`` the variables that exist only for some jobs: exactly one memory
+    variable, task/CPU counts the user set, GPUs (the first node's indices), restarts,
+    export/open mode, dependency, array task."""
     if job.mem_per_cpu:
         s["SLURM_MEM_PER_CPU"] = str(job.mem_per_cpu)
     elif job.mem_per_gpu:
@@ -73,6 +91,7 @@ def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
     if job.cpus_per_task and job.cpus_per_task_set:
         s["SLURM_CPUS_PER_TASK"] = str(job.cpus_per_task)
     if first.get("gpus"):
+        gpus = ",".join(str(g) for g in first["gpus"])
         for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
                     "ZE_AFFINITY_MASK", "SLURM_JOB_GPUS"):
             s[var] = gpus
@@ -99,5 +118,3 @@ def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
         s["SLURM_ARRAY_TASK_MIN"] = str(spec.get("min", job.array_task_id))
         s["SLURM_ARRAY_TASK_MAX"] = str(spec.get("max", job.array_task_id))
         s["SLURM_ARRAY_TASK_STEP"] = str(spec.get("step", 1))
-    env.update(s)
-    return env

@@ -232,6 +232,148 @@ def _granted(tl: Timeline, alloc: Allocation, job: JobView, part: PartitionView,
     return max(job.time_min or 1, min(lim, gap))
 
 
+Release = tuple[str, int, int, int, tuple[int, ...]]  # node, time, cpus, mem, GPU indices
+
+
+class _Pass:
+    """The state of one backfill pass: the shared profile (running jobs' ends released,
+    advance reservations blocked) with its planner, the profiles of advance reservations
+    (built on first use), and what the walk has decided so far.
+
+    Invariants: positions in ``blocked_nodes`` and ``hidden`` are the shared profile's;
+    ``blocked_parts`` are partitions with a waiting entry (their later starts are labelled
+    ``Backfill``); ``hidden`` (main-scheduler semantics only, ``cfg.backfill`` off) are the
+    nodes no later entry may use, ``hv`` its version (part of the candidate cache key);
+    ``done``: jobs holding a reservation, whose later entries are skipped."""
+
+    __slots__ = ("snap", "cfg", "now", "limits", "res", "tl", "releases", "resv", "member",
+                 "topo", "main", "backfill", "horizon", "depth", "resolution", "blocked_parts",
+                 "blocked_nodes", "hidden", "hv", "done", "reserved")
+
+    def __init__(self, snap: Snapshot, cfg: SchedConfig, parts: dict[str, PartitionView],
+                 limits: LimitChecker) -> None:
+        now = self.now = snap.now
+        self.snap, self.cfg, self.limits = snap, cfg, limits
+        self.res = Result()
+        releases: list[Release] = []
+        for r in snap.running:
+            end = running_end(r, parts.get(r.partition), now, cfg)
+            for a in r.nodes:
+                releases.append((a.node, end, a.cpus, a.mem, a.gpus))
+        self.releases = releases
+        tl = self.tl = self.res.timeline = Timeline.build(now, snap.nodes, releases)
+        self.resv = {r.name: r for r in snap.reservations}
+        self.member: dict[str, _Planner] = {}
+        for rv in snap.reservations:
+            for nm in rv.nodes:
+                p = tl.pos.get(nm)
+                if p is not None:
+                    tl.block(p, rv.start, rv.end)
+        self.topo = Topology(snap.switches, tl.pos) if snap.switches else None
+        self.main = _Planner(tl, self.topo, now)
+        self.backfill = cfg.backfill
+        self.horizon = now + cfg.bf_window * 60 if cfg.backfill else now
+        self.depth = cfg.bf_depth
+        self.resolution = max(1, cfg.bf_resolution)
+        self.blocked_parts: set[str] = set()
+        self.blocked_nodes: set[int] = set()
+        self.hidden: frozenset[int] = frozenset()
+        self.hv = 0
+        self.done: set[int] = set()
+        self.reserved = 0
+
+    def in_reservation(self, job: JobView, d: int) -> tuple[_Planner, int, int] | str:
+        """(planner, runtime, horizon) for a job that names an advance reservation: its own
+        profile of the reserved nodes, open only inside ``[start, end)``, the runtime capped
+        at the end; or the reason it cannot use it (``ReservationInvalid``: no such one;
+        ``Reservation``: not admitted)."""
+        assert job.reservation is not None  # asked only for such jobs
+        rv = self.resv.get(job.reservation)
+        if rv is None or not rv.admits(job):
+            return "ReservationInvalid" if rv is None else "Reservation"
+        now, snap = self.now, self.snap
+        planner = self.member.get(rv.name)
+        if planner is None:
+            sub = Timeline.build(now, [n for n in snap.nodes if n.name in rv.nodes],
+                                 [x for x in self.releases if x[0] in rv.nodes])
+            for p in range(len(sub.nodes)):
+                sub.block(p, now, rv.start)
+                sub.block(p, rv.end, INF)
+            planner = self.member[rv.name] = _Planner(
+                sub, self.topo and Topology(snap.switches, sub.pos), now)
+        d = max(1, min(d, rv.end - max(now, rv.start)))
+        hz = max(self.horizon, min(rv.start, now + self.cfg.bf_window * 60)) \
+            if self.backfill else now
+        return planner, d, hz
+
+    def start_now(self, planner: _Planner, job: JobView, pname: str, part: PartitionView,
+                  rq: Request, ck: Hashable, cands: list[int], d: int, hz: int,
+                  remaining: int) -> tuple[int, tuple[int, Callable[[], Allocation]] | None]:
+        """Start up to ``remaining`` tasks of ``job`` now (fewer when ``max_jobs_to_start``
+        is reached), each committed to the profile before the next search. Returns the tasks
+        still to start and the last search's answer when it was not "now": the earliest
+        later start, or None (never inside the horizon, or stopped by the start limit)."""
+        now, res, limit, cfg = self.now, self.res, self.cfg.max_jobs_to_start, self.cfg
+        pos, blocked_parts, blocked_nodes = self.tl.pos, self.blocked_parts, self.blocked_nodes
+        found = None
+        while remaining and not (limit and len(res.starts) >= limit):
+            found = planner.find(job, rq, ck, cands, d, hz, cfg)
+            if found is None or found[0] != now:
+                break
+            alloc = found[1]()
+            ptl = planner.tl
+            run_limit = None
+            if job.time_min:
+                run_limit = _granted(ptl, alloc, job, part, now)
+                ptl.commit(alloc, now, now + run_limit * 60)
+            else:
+                ptl.commit(alloc, now, now + d)
+            ps = {pos[a.node] for a in alloc.nodes}
+            label = "Backfill" if (pname in blocked_parts or ps & blocked_nodes) else "Main"
+            res.starts.append((job, pname, alloc, label, run_limit))
+            self.limits.charge(job, pname, alloc)
+            remaining -= 1
+            found = None
+        return remaining, found
+
+    def waits(self, job: JobView, pname: str, cands: list[int]) -> None:
+        """An entry of the shared profile waits: its partition is blocked (later starts there
+        are ``Backfill``) and its candidates, or only its ``-w`` nodes if the partition was
+        blocked already, too; without backfill they are also hidden from later entries."""
+        if pname not in self.blocked_parts or job.req_nodes:
+            self.blocked_nodes.update(cands)
+        self.blocked_parts.add(pname)
+        if not self.backfill:
+            pos = self.tl.pos
+            self.hidden = frozenset(self.blocked_nodes) if not job.req_nodes else self.hidden | {
+                pos[nm] for nm in job.req_nodes if nm in pos}
+            self.hv += 1
+
+    def reserve(self, planner: _Planner, job: JobView, rq: Request, ck: Hashable,
+                cands: list[int], d: int, hz: int,
+                found: tuple[int, Callable[[], Allocation]]) -> int:
+        """A waiting job's expected start; while fewer than ``bf_depth`` reservations exist
+        (and its QOS may reserve), also reserve its resources for ``[T, T + d)`` rounded up
+        to ``bf_resolution`` (``T`` then the earliest start of that whole window)."""
+        T, make = found
+        if (self.depth is None or self.reserved < self.depth) and not self.limits.no_reserve(job):
+            # the reservation holds [T, T+d) rounded up to bf_resolution: it must fit for
+            # that whole window, or it would overlap a later reservation made before it
+            resolution = self.resolution
+            held = -(-d // resolution) * resolution
+            got: tuple[int, Callable[[], Allocation]] | None = found
+            if held != d:
+                got = planner.find(job, rq, ck, cands, held, hz, self.cfg)
+            if got is not None:
+                T, make = got
+                alloc = make()
+                planner.tl.commit(alloc, T, T + held)
+                self.res.sched_nodes[job.job_id] = alloc.node_names
+                self.reserved += 1
+                self.done.add(job.job_id)
+        return T
+
+
 def run(
     snap: Snapshot,
     cfg: SchedConfig,
@@ -242,44 +384,20 @@ def run(
     classify: Callable[[JobView, str], str],
     requests: dict[int, Request],
 ) -> Result:
-    now = snap.now
-    res = Result()
-    releases = []
-    for r in snap.running:
-        end = running_end(r, parts.get(r.partition), now, cfg)
-        for a in r.nodes:
-            releases.append((a.node, end, a.cpus, a.mem, a.gpus))
-    tl = Timeline.build(now, snap.nodes, releases)
-    res.timeline = tl
-    resv = {r.name: r for r in snap.reservations}
-    member_tl: dict[str, _Planner] = {}
-    for rv in snap.reservations:
-        for nm in rv.nodes:
-            p = tl.pos.get(nm)
-            if p is not None:
-                tl.block(p, rv.start, rv.end)
-    topo = Topology(snap.switches, tl.pos) if snap.switches else None
-    main = _Planner(tl, topo, now)
-    backfill = cfg.backfill
-    horizon = now + cfg.bf_window * 60 if backfill else now
-    depth = cfg.bf_depth
-    resolution = max(1, cfg.bf_resolution)
-    blocked_parts: set[str] = set()
-    blocked_nodes: set[int] = set()
-    hidden: frozenset[int] = frozenset()
-    hv = 0
-    done: set[int] = set()
-    left: dict[int, int] = {}
-    reserved = tested = 0
-    limit = cfg.max_jobs_to_start
-
+    """One backfill pass over the ordered ``entries`` (module doc): per entry the screens
+    that need no search (start limit, blocked partition, limits, test budget), the starts
+    now, then for a job left waiting its reason, the blocking it causes and its reservation."""
+    bf = _Pass(snap, cfg, parts, limits)
+    res, main, done, backfill, limit = bf.res, bf.main, bf.done, cfg.backfill, cfg.max_jobs_to_start
+    left: dict[int, int] = {}  # job → array tasks still to start
+    tested = 0
     for _, _, _, _, _, jid, idx, pname, job in entries:
         if jid in done:
             continue
         remaining = left.get(jid, max(1, job.max_starts))
         if remaining == 0:
             continue
-        if (limit and len(res.starts) >= limit) or (not backfill and pname in blocked_parts):
+        if (limit and len(res.starts) >= limit) or (not backfill and pname in bf.blocked_parts):
             note(jid, idx, "Priority")
             continue
         part = parts[pname]
@@ -304,49 +422,21 @@ def run(
             note(jid, idx, "Priority")
             continue
         d = estimate(job, part)
-        planner, hz = main, horizon
+        planner, hz = main, bf.horizon
         if job.reservation is not None:
-            got_rv = resv.get(job.reservation)
-            if got_rv is None or not got_rv.admits(job):
-                note(jid, idx, "ReservationInvalid" if got_rv is None else "Reservation")
+            got = bf.in_reservation(job, d)
+            if isinstance(got, str):
+                note(jid, idx, got)
                 continue
-            rv = got_rv
-            got_planner = member_tl.get(rv.name)
-            if got_planner is None:
-                sub = Timeline.build(now, [n for n in snap.nodes if n.name in rv.nodes],
-                                     [x for x in releases if x[0] in rv.nodes])
-                for p in range(len(sub.nodes)):
-                    sub.block(p, now, rv.start)
-                    sub.block(p, rv.end, INF)
-                got_planner = member_tl[rv.name] = _Planner(
-                    sub, topo and Topology(snap.switches, sub.pos), now)
-            planner = got_planner
-            d = max(1, min(d, rv.end - max(now, rv.start)))
-            hz = max(horizon, min(rv.start, now + cfg.bf_window * 60)) if backfill else now
-        ck, cands = planner.candidates(job, rq, part, hidden if planner is main else frozenset(), hv)
+            planner, d, hz = got
+        ck, cands = planner.candidates(
+            job, rq, part, bf.hidden if planner is main else frozenset(), bf.hv)
         if job.req_nodes and not job.req_nodes <= {planner.tl.nodes[p].name for p in cands}:
             why = classify(job, pname)
             note(jid, idx, "ReqNodeNotAvail" if why == "Resources" else why)
             continue
-        found = None
-        while remaining and not (limit and len(res.starts) >= limit):
-            found = planner.find(job, rq, ck, cands, d, hz, cfg)
-            if found is None or found[0] != now:
-                break
-            alloc = found[1]()
-            ptl = planner.tl
-            run_limit = None
-            if job.time_min:
-                run_limit = _granted(ptl, alloc, job, part, now)
-                ptl.commit(alloc, now, now + run_limit * 60)
-            else:
-                ptl.commit(alloc, now, now + d)
-            ps = {tl.pos[a.node] for a in alloc.nodes}
-            label = "Backfill" if (pname in blocked_parts or ps & blocked_nodes) else "Main"
-            res.starts.append((job, pname, alloc, label, run_limit))
-            limits.charge(job, pname, alloc)
-            remaining -= 1
-            found = None
+        remaining, found = bf.start_now(planner, job, pname, part, rq, ck, cands, d, hz,
+                                        remaining)
         left[jid] = remaining
         if remaining == 0:
             continue
@@ -358,30 +448,9 @@ def run(
             if why != "Resources":
                 note(jid, idx, why)
                 continue
-        note(jid, idx, "Priority" if pname in blocked_parts else "Resources")
+        note(jid, idx, "Priority" if pname in bf.blocked_parts else "Resources")
         if planner is main:
-            if pname not in blocked_parts or job.req_nodes:
-                blocked_nodes.update(cands)
-            blocked_parts.add(pname)
-            if not backfill:
-                hidden = frozenset(blocked_nodes) if not job.req_nodes else hidden | {
-                    tl.pos[nm] for nm in job.req_nodes if nm in tl.pos}
-                hv += 1
-        if found is None or not backfill:
-            continue
-        T, make = found
-        if (depth is None or reserved < depth) and not limits.no_reserve(job):
-            # the reservation holds [T, T+d) rounded up to bf_resolution: it must fit for
-            # that whole window, or it would overlap a later reservation made before it
-            held = -(-d // resolution) * resolution
-            if held != d:
-                found = planner.find(job, rq, ck, cands, held, hz, cfg)
-            if found is not None:
-                T, make = found
-                alloc = make()
-                planner.tl.commit(alloc, T, T + held)
-                res.sched_nodes[jid] = alloc.node_names
-                reserved += 1
-                done.add(jid)
-        res.expected[jid] = T
+            bf.waits(job, pname, cands)
+        if found is not None and backfill:
+            res.expected[jid] = bf.reserve(planner, job, rq, ck, cands, d, hz, found)
     return res

@@ -54,7 +54,7 @@ script: ``bench_cycle`` in tests/unit/test_core_schedule.py and variants):
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Set
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -302,25 +302,94 @@ def _shape(job: JobView) -> JobView:
     )
 
 
+# A queue entry, one per (job, partition) that passed the static screen, sorted on its first
+# seven fields: (preemptor flag, reservation flag, -priority tier, (-priority, nice),
+# submit_time, job_id, partition index in the job's list, partition name, job).
+Entry = tuple[Any, ...]
+# job id → (rank of the reason, partition index, reason): the best reason noted so far
+Notes = dict[int, tuple[int, int, str]]
+
+
+@dataclass(slots=True)
+class _Queue:
+    """What the screen (phase 1) hands to the passes: the sorted entries; ``reasons`` of the
+    jobs that never became an entry (``blocked``, ``DeadLine``); ``capped``: job → limit cut
+    to its deadline; ``table``: multifactor's (job, partition) → priority, or None when each
+    job's priority is its own (``out_prio``: the computed ones that differ from JobView's)."""
+
+    entries: list[Entry]
+    reasons: dict[int, str]
+    capped: dict[int, int]
+    table: dict[tuple[int, str], int] | None
+    out_prio: dict[int, int]
+
+
 def schedule(
     snapshot: Snapshot,
     cfg: SchedConfig,
     *,
     blocking: Callable[[], BlockPolicy] = MainBlocking,
 ) -> Plan:
-    """Decide which pending jobs start now and why the others wait (see module doc)."""
+    """Decide which pending jobs start now and why the others wait (see module doc).
+
+    Phases, in order: screen and order the queue (:func:`_screen`); one pass that places
+    jobs now — the main scheduler (:func:`_main_pass`) or, when backfill, an advance
+    reservation or topology needs a timeline, :func:`muster.core.backfill.run`, which also
+    reserves; every job left pending gets its best entry's reason; preemption plans for
+    the jobs still waiting on ``Resources``/``Priority`` (:func:`_preempt`). Every start of
+    the pass consumes resources in a working copy, so later entries and preemption see it."""
     parts = snapshot.partition_map()
-    reasons: dict[int, str] = {}
-    noted: dict[int, tuple[int, int, str]] = {}
-    entries: list[tuple[Any, ...]] = []  # (flags, -tier, order key..., idx, partition, job)
-    # priorities: of the job alone (computed per job, cheaply, below) or multifactor's table
-    table = None if prio.static(cfg) else prio.priorities(snapshot, cfg)
-    given = cfg.priority_type == "none"
-    static_of = prio.static_fn(cfg)
-    out_prio: dict[int, int] = {}  # job → computed priority, where it differs from JobView's
+    noted: Notes = {}
+    note = _noter(noted)
     limits = LimitChecker(snapshot, cfg)
     preempting = cfg.preempt_type in ("preempt/qos", "preempt/partition_prio")
-    qos = snapshot.qos_map() if preempting else {}
+    queue = _screen(snapshot, cfg, parts, note, preempting)
+
+    pool = _Pool(snapshot, parts)
+    policy = blocking()
+    starts: list[Start] = []
+    left: dict[int, int] = {}  # job → array tasks still to start (absent: not tried)
+    requests: dict[int, Request] = {}
+    classify = _classifier(pool, parts, cfg)
+    expected: dict[int, int] = {}
+    sched_nodes: dict[int, str] = {}
+    tl = None
+    if cfg.backfill or bool(snapshot.reservations) or bool(snapshot.switches):
+        got = bfmod.run(snapshot, cfg, queue.entries, parts, limits, note, classify, requests)
+        for job, pname, alloc, label, run_limit in got.starts:
+            starts.append(Start(job_id=job.job_id, partition=pname, allocation=alloc,
+                                scheduler=label, time_limit=run_limit))
+            left[job.job_id] = left.get(job.job_id, max(1, job.max_starts)) - 1
+        expected = got.expected
+        sched_nodes = {j: ",".join(v) for j, v in got.sched_nodes.items()}
+        tl = got.timeline
+        assert tl is not None  # run() always plans on a timeline
+    else:
+        _main_pass(queue.entries, parts, cfg, pool, policy, limits, note, classify, requests,
+                   starts, left)
+
+    reasons = queue.reasons
+    for jid, (_, _, why) in noted.items():
+        if left.get(jid, 1) > 0:
+            reasons[jid] = why
+
+    preemptions: tuple[pmod.Preemption, ...] = ()
+    if preempting and snapshot.running:
+        free = pool.free_now() if tl is None else {
+            n.name: tl.window(p, snapshot.now, 1) if n.usable else (0, 0, 0)
+            for p, n in enumerate(tl.nodes)}
+        preemptions, pexp = _preempt(snapshot, cfg, queue.entries, parts, requests, left,
+                                     reasons, free)
+        expected = {**expected, **pexp}
+    return Plan(starts=tuple(_cap_starts(starts, queue.capped)), reasons=reasons,
+                expected_start=expected, sched_nodes=sched_nodes, preemptions=preemptions,
+                priorities=_priorities_out(queue, snapshot.pending))
+
+
+def _noter(noted: Notes) -> Callable[[int, int, str], None]:
+    """``note(job, partition index, reason)``: keep, per job, the best reason of its entries —
+    ``Resources`` < ``Priority`` < ``ReqNodeNotAvail`` < the rest, ties by the partition's
+    place in the job's list (the first entry noted wins a full tie)."""
 
     def note(jid: int, idx: int, why: str) -> None:
         cand = (_RANK.get(why, 3), idx, why)
@@ -328,6 +397,23 @@ def schedule(
         if old is None or cand < old:
             noted[jid] = cand
 
+    return note
+
+
+def _screen(snapshot: Snapshot, cfg: SchedConfig, parts: dict[str, PartitionView],
+            note: Callable[[int, int, str], None], preempting: bool) -> _Queue:
+    """Phase 1 (module doc): one entry per (job, partition) that passes the static checks,
+    sorted by queue order. A ``blocked`` job keeps its reason and a job past its deadline
+    gets ``DeadLine`` (both without entries); a job that can still meet its deadline is
+    planned with its limit cut to it. Static failures are noted, not entered."""
+    reasons: dict[int, str] = {}
+    entries: list[Entry] = []
+    # priorities: of the job alone (computed per job, cheaply, below) or multifactor's table
+    table = None if prio.static(cfg) else prio.priorities(snapshot, cfg)
+    given = cfg.priority_type == "none"
+    static_of = prio.static_fn(cfg)
+    out_prio: dict[int, int] = {}  # job → computed priority, where it differs from JobView's
+    qos = snapshot.qos_map() if preempting else {}
     capped: dict[int, int] = {}
     for job in snapshot.pending:
         if job.blocked:
@@ -365,13 +451,15 @@ def schedule(
                     (pflag, rflag, -part.priority_tier, *order_key(p, job), idx, pname, job)
                 )
     entries.sort(key=lambda e: e[:7])
+    return _Queue(entries, reasons, capped, table, out_prio)
 
-    pool = _Pool(snapshot, parts)
-    policy = blocking()
-    limit = cfg.max_jobs_to_start
-    starts: list[Start] = []
-    left: dict[int, int] = {}
-    requests: dict[int, Request] = {}
+
+def _classifier(pool: _Pool, parts: dict[str, PartitionView],
+                cfg: SchedConfig) -> Callable[[JobView, str], str]:
+    """``classify(job, partition)``: why a job that did not fit now waits (phase 4) —
+    ``Resources`` unless it could never fit the partition even empty (``PartitionNodeLimit``,
+    ``PartitionConfig``) or only with its unusable nodes back (``ReqNodeNotAvail``).
+    Cached per (partition, job shape): equal shapes get the same answer within a cycle."""
     never: dict[tuple[str, JobView], str | None] = {}
 
     def classify(job: JobView, pname: str) -> str:
@@ -396,23 +484,20 @@ def schedule(
             never[key] = why
         return never[key] or R_RESOURCES
 
-    use_timeline = cfg.backfill or bool(snapshot.reservations) or bool(snapshot.switches)
-    expected: dict[int, int] = {}
-    sched_nodes: dict[int, str] = {}
-    if use_timeline:
-        got = bfmod.run(snapshot, cfg, entries, parts, limits, note, classify, requests)
-        for job, pname, alloc, label, run_limit in got.starts:
-            starts.append(Start(job_id=job.job_id, partition=pname, allocation=alloc,
-                                scheduler=label, time_limit=run_limit))
-            left[job.job_id] = left.get(job.job_id, max(1, job.max_starts)) - 1
-        expected = got.expected
-        sched_nodes = {j: ",".join(v) for j, v in got.sched_nodes.items()}
-        tl = got.timeline
-        entries_main: list[tuple[Any, ...]] = []
-    else:
-        entries_main = entries
+    return classify
 
-    for _, _, _, _, _, jid, idx, pname, job in entries_main:
+
+def _main_pass(entries: list[Entry], parts: dict[str, PartitionView], cfg: SchedConfig,
+               pool: _Pool, policy: BlockPolicy, limits: LimitChecker,
+               note: Callable[[int, int, str], None], classify: Callable[[JobView, str], str],
+               requests: dict[int, Request], starts: list[Start], left: dict[int, int]) -> None:
+    """Phases 3-4 without a timeline: walk the entries in order, start what fits now on the
+    pool (each start consumed at once), note why the rest wait and tell ``policy`` of every
+    ``Resources`` failure. Appends to ``starts``; ``left[job]`` = array tasks still to start
+    (0: done, so its later entries are skipped); ``requests`` caches each job's request.
+    At most ``max_jobs_to_start`` starts: entries after it get ``Priority``."""
+    limit = cfg.max_jobs_to_start
+    for _, _, _, _, _, jid, idx, pname, job in entries:
         remaining = left.get(jid, max(1, job.max_starts))
         if remaining == 0:
             continue
@@ -453,42 +538,48 @@ def schedule(
         if why == R_RESOURCES:
             policy.on_busy(job, part)
 
-    for jid, (_, _, why) in noted.items():
-        if left.get(jid, 1) > 0:
-            reasons[jid] = why
 
-    preemptions: tuple[pmod.Preemption, ...] = ()
-    if preempting and snapshot.running:
-        waiting, seen = [], set()
-        for e in entries:
-            jid, pname, job = e[5], e[7], e[8]
-            if jid in seen or left.get(jid, 1) <= 0 or reasons.get(jid) not in (
-                    R_RESOURCES, R_PRIORITY):
-                continue
-            seen.add(jid)
-            if jid not in requests:
-                requests[jid] = request_of(job, cfg)
-            waiting.append((job, pname))
-        if use_timeline:
-            assert tl is not None  # planned on a timeline
-            free = {}
-            for p, n in enumerate(tl.nodes):
-                free[n.name] = tl.window(p, snapshot.now, 1) if n.usable else (0, 0, 0)
-        else:
-            free = pool.free_now()
-        plist, pexp = pmod.plan(snapshot, cfg, waiting, parts, requests, free)
-        preemptions = tuple(plist)
-        expected = {**expected, **pexp}
+def _preempt(snapshot: Snapshot, cfg: SchedConfig, entries: list[Entry],
+             parts: dict[str, PartitionView], requests: dict[int, Request],
+             left: dict[int, int], reasons: dict[int, str],
+             free: dict[str, tuple[int, int, int]],
+             ) -> tuple[tuple[pmod.Preemption, ...], dict[int, int]]:
+    """The preemption phase: the jobs still waiting on ``Resources`` or ``Priority`` (each
+    once, at its first entry in queue order) are offered to :func:`muster.core.preempt.plan`
+    against ``free`` = what is free now after this cycle's starts (node → cpus, mem, GPU
+    mask). Returns the preemptions and the expected starts they give."""
+    waiting, seen = [], set()
+    for e in entries:
+        jid, pname, job = e[5], e[7], e[8]
+        if jid in seen or left.get(jid, 1) <= 0 or reasons.get(jid) not in (
+                R_RESOURCES, R_PRIORITY):
+            continue
+        seen.add(jid)
+        if jid not in requests:
+            requests[jid] = request_of(job, cfg)
+        waiting.append((job, pname))
+    plist, pexp = pmod.plan(snapshot, cfg, waiting, parts, requests, free)
+    return tuple(plist), pexp
 
-    if table is not None:  # a multi-partition job: its highest
-        for (jid, _), p in table.items():
+
+def _priorities_out(queue: _Queue, pending: Sequence[JobView]) -> dict[int, int]:
+    """``Plan.priorities``: job → the priority it was ordered by where that differs from
+    ``JobView.priority`` (a multi-partition job under multifactor: its highest)."""
+    out_prio = queue.out_prio
+    if queue.table is not None:
+        for (jid, _), p in queue.table.items():
             if p > out_prio.get(jid, -1):
                 out_prio[jid] = p
-        for j in snapshot.pending:
+        for j in pending:
             if out_prio.get(j.job_id) == j.priority:
                 del out_prio[j.job_id]
-    if capped:
-        starts = [replace(st, time_limit=min(st.time_limit or capped[st.job_id], capped[st.job_id]))
-                  if st.job_id in capped else st for st in starts]
-    return Plan(starts=tuple(starts), reasons=reasons, expected_start=expected,
-                sched_nodes=sched_nodes, preemptions=preemptions, priorities=out_prio)
+    return out_prio
+
+
+def _cap_starts(starts: list[Start], capped: dict[int, int]) -> list[Start]:
+    """Starts of deadline jobs carry the limit cut to the deadline (or backfill's grant, if
+    shorter)."""
+    if not capped:
+        return starts
+    return [replace(st, time_limit=min(st.time_limit or capped[st.job_id], capped[st.job_id]))
+            if st.job_id in capped else st for st in starts]

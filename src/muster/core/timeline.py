@@ -432,16 +432,38 @@ class Timeline:
         if select is None and k >= self._dead.get(dkey, INF):
             return None
         heap, hv = self._heap(ck, cands, shape, d)
+        if k == 1 and select is None:
+            # the best entry, left in place (popping and pushing it back is the same)
+            sh, _, _, pb, _ = self._encoding()
+            e = self._top(heap, hv, d, shape)
+            if e is not None and (e >> sh) + self.now <= horizon:
+                return (e >> sh) + self.now, [e & ((1 << pb) - 1)]
+            result = None
+        else:
+            result = self._sweep(heap, hv, shape, d, k, horizon, select, retry_at)
+        if result is None and select is None:
+            self._dead[dkey] = min(k, self._dead.get(dkey, INF))
+        return result
+
+    def _sweep(
+        self,
+        heap: list[int],
+        hv: list[int],
+        shape: Shape,
+        d: int,
+        k: int,
+        horizon: int,
+        select: Callable[[int, list[Fitting]], list[int] | None] | None,
+        retry_at: int | None,
+    ) -> tuple[int, list[int]] | None:
+        """:meth:`earliest` for ``k > 1`` or with ``select``: candidate times ascending, from
+        the shared heap's entries in start order. At each ``T`` every node seen so far is
+        re-checked (:meth:`_fitting`); one that no longer fits re-enters a query-local heap at
+        its next fit from ``T``. Entries popped from the shared heap are pushed back before
+        returning: they stay lower bounds for later searches."""
         sh, _, _, pb, _ = self._encoding()
         pm = (1 << pb) - 1
         now = self.now
-        if k == 1 and select is None:
-            # the best entry, left in place (popping and pushing it back is the same)
-            e = self._top(heap, hv, d, shape)
-            if e is not None and (e >> sh) + now <= horizon:
-                return (e >> sh) + now, [e & pm]
-            self._dead[dkey] = min(k, self._dead.get(dkey, INF))
-            return None
         taken: list[int] = []
         local: list[int] = []
         active: list[int] = []
@@ -462,9 +484,6 @@ class Timeline:
                     active.append(e & pm)
                     if len(active) < k:
                         continue
-                    if k == 1 and select is None:
-                        result = (T, active)
-                        break
                     if select is not None:  # topology wants every node that fits at T
                         while True:
                             e = self._pop(heap, hv, local, taken, d, shape, T)
@@ -472,15 +491,7 @@ class Timeline:
                                 break
                             active.append(e & pm)
             jump = False
-            fitting = []
-            redo = []
-            for q in active:
-                c, m, g = self.need(q, shape)
-                wc, wm, wg = self.window(q, T, d)
-                if wc >= c and wm >= m and wg.bit_count() >= g:
-                    fitting.append((self.cap[q][3], wg.bit_count(), wc, wm, q))
-                else:
-                    redo.append(q)
+            fitting, redo = self._fitting(active, T, d, shape)
             if len(fitting) >= k:
                 fitting.sort()
                 chosen = select(T, fitting) if select is not None else [f[4] for f in fitting[:k]]
@@ -496,12 +507,30 @@ class Timeline:
             active = [f[4] for f in fitting]
         for e in taken:
             heappush(heap, e)
-        if result is None and select is None:
-            self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
+
+    def _fitting(self, active: list[int], T: int, d: int, shape: Shape
+                 ) -> tuple[list[Fitting], list[int]]:
+        """Split nodes ``active`` into those that fit ``shape`` for ``[T, T+d)`` (as
+        :data:`Fitting` entries, unsorted) and those that no longer do (positions)."""
+        fitting: list[Fitting] = []
+        redo: list[int] = []
+        for q in active:
+            c, m, g = self.need(q, shape)
+            wc, wm, wg = self.window(q, T, d)
+            if wc >= c and wm >= m and wg.bit_count() >= g:
+                fitting.append((self.cap[q][3], wg.bit_count(), wc, wm, q))
+            else:
+                redo.append(q)
+        return fitting, redo
 
     def _top(self, heap: list[int], hv: list[int], d: int, shape: Shape) -> int | None:
         """Make the top of a shared heap exact (recompute stale ones); it, or None."""
+        # hot loop: the costliest function of a backfill cycle (~25 % of its own time in
+        # bench/sched_cycle.py --profile: 10,000 pending, ~150,000 stale tops refreshed per
+        # cycle). The refresh is :meth:`next_fit` inlined, as in :meth:`_keys`, and the
+        # longer-duration check after it shares its locals: a call and a tuple per refreshed
+        # entry is what the inlining saves. Keep it in step with next_fit.
         ver = self.ver
         sh, s2, s3, pb, nb = self._encoding()
         pm = (1 << pb) - 1
