@@ -29,6 +29,7 @@ from muster.common import clock as clocks
 from muster.config import load
 from muster.controller import handlers, server
 from muster.model.job import PENDING
+from muster.protocol import agentmsg
 from muster.sim.cluster import from_config
 from muster.sim.engine import Simulator
 from muster.sim.traces import TraceJob
@@ -110,9 +111,9 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of,
                 job = ctl.state.jobs[jid]
                 tj = by_id[jid]
                 killed = tj.run > 60 * job.time_limit
-                ctl.job_ended(job.batch_host, {
-                    "job_id": jid, "run": job.restarts, "exit_code": 0,
-                    "signal": 9 if killed else 0, "timed_out": killed, "end_time": t})
+                ctl.job_ended(job.batch_host, agentmsg.JobEnded(
+                    job_id=jid, run=job.restarts, exit_code=0,
+                    signal=9 if killed else 0, timed_out=killed, end_time=t))
             while nxt < len(jobs) and jobs[nxt].submit == t:
                 tj = jobs[nxt]
                 nxt += 1
@@ -127,7 +128,7 @@ def run_controller(conf: str, jobs: list[TraceJob], uid_of,
                 if job.state != PENDING:
                     assert job.state == "RUNNING", (jid, job.state)
                     waiting.discard(jid)
-                    out[jid] = (t, tuple(a["node"] for a in job.alloc))
+                    out[jid] = (t, tuple(a.node for a in job.alloc))
                     stop = t + min(by_id[jid].run, 60 * job.time_limit)
                     heapq.heappush(ends, (stop, jid))
         assert not waiting, f"jobs never started: {sorted(waiting)}"

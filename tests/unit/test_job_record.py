@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from muster.model import job as jobmod
+from muster.model.alloc import NodeAlloc
 from muster.model.job import ALL_FIELDS, INTERNAL_FIELDS, PUBLIC_FIELDS, PUBLIC_NAMES, Job
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "records.md"
@@ -26,7 +27,7 @@ def test_field_list_is_the_class_body_public_first():
 def test_public_fields_are_the_documented_wire_record():
     text = DOCS.read_text()
     job_table = text.split("## Job", 1)[1].split("\n## ", 1)[0]
-    documented = set(re.findall(r"`([a-z_]+)`", job_table))
+    documented = set(re.findall(r"`([a-z_][a-z0-9_]*)`", job_table))
     missing = [n for n in PUBLIC_NAMES if n not in documented]
     assert not missing, f"public Job fields not in docs/records.md: {missing}"
 
@@ -35,19 +36,23 @@ def test_defaults_are_immutable_and_not_shared():
     for name, default in ALL_FIELDS:
         assert not isinstance(default, (list, dict, set)), name
     a, b = Job(), Job()
-    a.alloc = ({"node": "n1"},)
+    a.alloc = (NodeAlloc("n1", 1, 0),)
     assert b.alloc == ()
 
 
 def test_store_round_trip_keeps_every_field():
-    j = Job(job_id=7, user="alice", alloc=[{"node": "n1", "cpus": 2, "mem": 10, "gpus": []}],
+    j = Job(job_id=7, user="alice", alloc=(NodeAlloc("n1", 2, 10),),
             groups=[5, 6], argv=["a", "b"], pending_tasks=[1, 2], dep_terms=[["after", 3, None, 0]])
     rec = j.to_store()
     assert list(rec) == [n for n, _ in ALL_FIELDS]
-    assert rec["alloc"] == [{"node": "n1", "cpus": 2, "mem": 10, "gpus": []}]
+    assert rec["alloc"] == [{"node": "n1", "cpus": 2, "mem": 10, "gpus": [], "tasks": 1}]
     back = Job.from_store({**rec, "not_a_field": 1})  # unknown stored keys are ignored
     assert back.to_store() == rec
+    assert back.alloc == (NodeAlloc("n1", 2, 10),)
     assert isinstance(back.alloc, tuple) and back.groups == (5, 6) and back.argv == ("a", "b")
+    # a row stored before the typed allocation (no "tasks", GPUs as a list) still reads
+    old = Job.from_store({**rec, "alloc": [{"node": "n1", "cpus": 2, "mem": 10, "gpus": [3]}]})
+    assert old.alloc == (NodeAlloc("n1", 2, 10, (3,), 1),)
 
 
 def test_strings_are_interned_and_patterns_tupled():

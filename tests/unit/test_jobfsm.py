@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 from muster.lifecycle import effects as fx
 from muster.lifecycle import events as ev
 from muster.lifecycle import jobfsm, nodefsm
+from muster.model.alloc import NodeAlloc
 from muster.model.job import TERMINAL, Job
 
-ALLOC = ({"node": "n1", "cpus": 2, "mem": 100, "gpus": []},
-         {"node": "n2", "cpus": 2, "mem": 100, "gpus": []})
+ALLOC = (NodeAlloc("n1", 2, 100), NodeAlloc("n2", 2, 100))
 
 
 def _job(**kw) -> Job:
@@ -47,7 +47,8 @@ def _running(**kw) -> Job:
     job = _job(**kw)
     ch, eff = jobfsm.handle(job, ev.Start("p", ALLOC, "n[1-2]", "cpu=4"), 100)
     _apply(job, ch)
-    assert eff == (fx.Launch(7),) if job.batch else eff == (fx.Notify(7),)
+    assert eff == (fx.Launch(7),)  # the batch script, or srun/salloc woken, after prologs
+    assert fx.AllocateResources() in ch
     return job
 
 
@@ -79,6 +80,28 @@ def test_end_releases_before_a_requeue_bumps_the_run():
     assert (job.state, job.restarts, job.begin_time) == ("PENDING", 1, 203)
 
 
+def test_a_launch_failure_keeps_its_reason_until_the_next_run_starts():
+    """A batch step that could not launch (a container): FAILED, JobLaunchFailure, 1:0, the
+    node's reason as SystemComment and in the event log; a job's own exit 1 is none of it."""
+    job = _running(requeue=True)
+    why = "container: image /x.tar: No such file or directory"
+    ch, _ = jobfsm.handle(job, ev.Ended("n1", exit_code=1, launch_failed=True,
+                                        launch_error=why), 200)
+    _apply(job, ch)
+    assert (job.state, job.reason, job.exit_code, job.exit_signal) == \
+        ("FAILED", "JobLaunchFailure", 1, 0)
+    assert job.system_comment == why
+    assert any(isinstance(c, fx.Log) and why in c.detail for c in ch)
+    plain = _running()
+    ch, _ = jobfsm.handle(plain, ev.Ended("n1", exit_code=1), 200)
+    _apply(plain, ch)
+    assert (plain.reason, plain.system_comment) == ("NonZeroExitCode", None)
+    job.state, job.end_time = "PENDING", None  # as a requeue leaves it
+    ch, _ = jobfsm.handle(job, ev.Start("p", ALLOC, "n[1-2]", "cpu=4"), 300)
+    _apply(job, ch)
+    assert job.system_comment is None
+
+
 def test_node_failure_requeues_a_batch_job_and_kills_the_rest():
     job = _running(requeue=True)
     ch, eff = jobfsm.handle(job, ev.NodeFailed("n1"), 300)
@@ -95,6 +118,66 @@ def test_preempt_cancel_mode_ends_preempted():
     assert (job.state, job.reason, job.completing) == ("PREEMPTED", "Preempted", True)
 
 
+def test_start_takes_backfills_limit_and_expands_the_output_paths():
+    job = _job(time_limit=60, work_dir="/w", name="nm")
+    ch, _ = jobfsm.handle(job, ev.Start("p", ALLOC, "n[1-2]", "cpu=4", time_limit=10,
+                                        scheduler="Backfill"), 100)
+    _apply(job, ch)
+    assert (job.time_limit, job.end_time, job.scheduler) == (10, 100 + 600, "Backfill")
+    assert job.std_out == "/w/slurm-7.out" and job.alloc == ALLOC
+
+
+def test_signal_scopes_name_their_nodes():
+    job = _running()
+    _, eff = jobfsm.handle(job, ev.SignalJob(10, "steps", cont=True), 120)
+    assert eff == (fx.Signal(7, 0, ("n1", "n2"), 10, "steps", True),)
+    _, eff = jobfsm.handle(job, ev.SignalJob(12, "batch"), 120)
+    assert eff == (fx.Signal(7, 0, ("n1",), 12, "batch", False),)
+    alloc = _running(batch=False)  # an allocation has no batch shell to signal
+    assert jobfsm.handle(alloc, ev.SignalJob(12, "batch"), 120) == ((), ())
+
+
+def test_release_allocation_ends_at_once_or_after_its_last_step():
+    job = _running(batch=False)
+    ch, eff = jobfsm.handle(job, ev.ReleaseAllocation(1000, exit_code=3), 130)
+    assert fx.ReleaseResources() in ch and fx.Schedule() in eff
+    done = _running(batch=False)
+    _apply(done, ch)
+    assert (done.state, done.exit_code, done.reason) == ("FAILED", 3, "NonZeroExitCode")
+    ch, eff = jobfsm.handle(job, ev.ReleaseAllocation(1000, steps_live=True), 130)
+    _apply(job, ch)
+    assert (job.state, job.completing) == ("COMPLETED", True)
+    assert eff[0] == fx.Terminate(7, 0, ("n1", "n2"), "cancel")
+    ch, eff = jobfsm.handle(job, ev.StepsDrained(), 131)
+    _apply(job, ch)
+    # the end was decided at the release; the resources are given back now
+    assert (job.state, job.completing, job.end_time) == ("COMPLETED", False, 130)
+    assert fx.ReleaseResources() in ch and fx.Notify(7) in eff
+    try:
+        jobfsm.handle(_running(), ev.ReleaseAllocation(1000), 130)
+    except jobfsm.Refused:
+        pass
+    else:
+        raise AssertionError("a batch job took an allocation's release")
+
+
+def test_prolog_failure_requeues_held_or_ends_the_job():
+    job = _running(requeue=True)
+    ch, eff = jobfsm.handle(job, ev.PrologFailed("prolog failed on n2", requeue=True,
+                                                 hold=True, held_desc="launch held"), 140)
+    kinds = [type(c) for c in ch]
+    assert kinds.index(fx.ReleaseResources) < kinds.index(fx.PutRun)
+    assert fx.Terminate(7, 0, ("n1", "n2"), "requeue") in eff
+    _apply(job, ch)
+    assert (job.state, job.restarts, job.hold, job.reason_desc) == \
+        ("PENDING", 1, "user", "launch held")
+    job = _running()
+    ch, eff = jobfsm.handle(job, ev.PrologFailed("x", requeue=False, reason="JobLaunchFailure"),
+                            140)
+    _apply(job, ch)
+    assert (job.state, job.reason, job.completing) == ("FAILED", "JobLaunchFailure", True)
+
+
 EVENTS = st.one_of(
     st.builds(ev.Start, st.just("p"), st.just(ALLOC), st.just("n[1-2]"), st.just("cpu=4")),
     st.builds(ev.Ended, st.sampled_from(["n1", "n2"]), exit_code=st.integers(0, 3),
@@ -109,6 +192,10 @@ EVENTS = st.one_of(
     st.builds(ev.NodeFailed, st.sampled_from(["n1", "n2"])),
     st.builds(ev.Preempt, st.sampled_from(["REQUEUE", "CANCEL"])),
     st.just(ev.DeadlineMissed()),
+    st.builds(ev.ReleaseAllocation, st.just(1000), exit_code=st.integers(0, 2),
+              steps_live=st.booleans()),
+    st.just(ev.StepsDrained()),
+    st.builds(ev.PrologFailed, st.just("x"), st.booleans(), hold=st.booleans()),
 )
 
 
@@ -122,8 +209,11 @@ def test_random_event_sequences_keep_the_invariants(batch, requeue, events):
         try:
             ch, eff = jobfsm.handle(job, e, t)
         except jobfsm.Refused:
+            # guarded pairs: Requeue needs a batch job that may requeue, an allocation's
+            # events an allocation
             assert (before, type(e)) in jobfsm.REFUSED or (
-                isinstance(e, ev.Requeue) and not (job.batch and job.requeue))
+                isinstance(e, ev.Requeue) and not (job.batch and job.requeue)) or (
+                isinstance(e, (ev.ReleaseAllocation, ev.StepsDrained)) and job.batch)
             continue
         assert job.to_store() == snap  # pure: the job given is untouched
         assert all(isinstance(c, fx.CHANGES) for c in ch)
@@ -159,6 +249,18 @@ def test_node_machine_down_fails_jobs_and_registration_undoes_only_auto_down():
     ch, _ = nodefsm.handle(node, ev.NodeDown("broken", "root"), 70)
     jobfsm.apply_fields(node, ch)
     assert nodefsm.handle(node, ev.NodeRegistered(), 80) == ((), ())  # admin DOWN stays
+    assert nodefsm.handle(node, ev.NodeRegistered(0), 80) == ((), ())
+    ch, _ = nodefsm.handle(node, ev.NodeRegistered(return_to_service=2), 90)
+    jobfsm.apply_fields(node, ch)
+    assert (nodefsm.phase(node), node.reason) == ("UP", None)  # ReturnToService=2: any DOWN
+
+
+def test_node_drain_keeps_its_detail_in_the_log_only():
+    node = _Node()
+    ch, eff = nodefsm.handle(node, ev.NodeDrain("Prolog error", "root", "job 5: exit 1"), 10)
+    assert fx.Log("node_drain", "Prolog error: job 5: exit 1") in ch and fx.Schedule() in eff
+    jobfsm.apply_fields(node, ch)
+    assert (nodefsm.phase(node), node.reason) == ("DRAIN", "Prolog error")
 
 
 def test_preempt_with_grace_signals_now_and_kills_when_the_timer_fires():

@@ -17,6 +17,9 @@ SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
 # rank (a tuple) may not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("common",),      # stdlib-only helpers shared by CLI and daemons (framing, units, GRES specs)
+    # wire records (msgspec Structs) for controller, agent and API; its `fields` module is
+    # stdlib-only, the CLI's view of the same definitions (issue 15)
+    ("protocol",),
     ("config",),      # slurm.conf / gres.conf syntax
     ("model",),       # records: Job, states
     ("core",),        # pure scheduling; also slurm.conf -> SchedConfig (core.confview)

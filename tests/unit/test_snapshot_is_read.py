@@ -26,6 +26,7 @@ from muster.controller.state import ClusterState
 from muster.core import fairshare as fsmod
 from muster.core.ledger import Entry, UsageLedger, fold, value
 from muster.lifecycle import job as lifecycle
+from muster.model.alloc import NodeAlloc
 from muster.model.job import Job
 from muster.store.sqlite import SqliteStore
 
@@ -58,7 +59,7 @@ def _job(jid: int, user: str, **kw) -> Job:
 
 
 def _start(st: ClusterState, job: Job, node: str, t: int) -> None:
-    alloc = [{"node": node, "cpus": 2, "mem": 100, "gpus": [], "tasks": 1}]
+    alloc = [NodeAlloc(node, 2, 100)]
     with st.store.transaction():
         lifecycle.start(job, partition="p", alloc=alloc, node_list=node,
                         tres_alloc="cpu=2", now=t)
@@ -197,7 +198,7 @@ def test_ledger_matches_the_former_charging(seed):
         j = SimpleNamespace(job_id=jid, restarts=0, state="RUNNING", completing=False,
                             end_time=end, start_time=start, account=key[0], user=key[1],
                             partition="p", qos="normal", holds_resources=True,
-                            alloc=[{"node": "n0", "cpus": cpus, "mem": 0, "gpus": []}])
+                            alloc=(NodeAlloc("n0", cpus, 0),))
         acc.job_saved(j, start)
         j.state = "COMPLETED"
         acc.job_saved(j, end)  # the end event

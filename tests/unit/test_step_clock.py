@@ -2,20 +2,29 @@
 ``scancel --signal`` (StepManager.signal_job): which nodes get which message, and when.
 The controller is a recorder here; the real delivery is covered by tests/e2e/test_signals.py."""
 
+import contextlib
 from types import SimpleNamespace
 
+from muster.controller.applier import Applier
 from muster.controller.steps import StepManager
+from muster.model.alloc import NodeAlloc
 from muster.model.job import PENDING, RUNNING, Job
 
 
 class Ctl:
+    """The controller's surface the step manager and the real applier use: signals go
+    through the job machine (``SignalJob``) and the applier's dispatch to ``send_to_node``."""
+
     def __init__(self, *jobs):
-        self.cfg = SimpleNamespace(raw={})
+        self.cfg = SimpleNamespace(raw={}, requeue_exit=(), requeue_exit_hold=())
+        self.requeue_delay = 2
         self.sent: list[tuple[str, dict]] = []
         self.saved: list[int] = []
         self.state = SimpleNamespace(jobs={j.job_id: j for j in jobs},
                                      save=lambda j: self.saved.append(j.job_id),
-                                     event=lambda *a, **k: None)
+                                     event=lambda *a, **k: None,
+                                     store=SimpleNamespace(transaction=contextlib.nullcontext))
+        self.applier = Applier(self)
 
     def send_to_node(self, node, msg):
         self.sent.append((node, msg))
@@ -26,7 +35,7 @@ class Ctl:
 
 def job(jid=1, *, spec=None, batch=True, state=RUNNING, end=1000, restarts=0):
     return Job(job_id=jid, state=state, batch=batch, end_time=end, restarts=restarts,
-               batch_host="n1", alloc=({"node": "n1"}, {"node": "n2"}), signal_spec=spec)
+               batch_host="n1", alloc=(NodeAlloc("n1", 1, 0), NodeAlloc("n2", 1, 0)), signal_spec=spec)
 
 
 def test_warning_goes_to_the_steps_of_every_node_once_per_run():

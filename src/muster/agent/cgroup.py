@@ -35,6 +35,8 @@ import signal
 import struct
 import time
 
+from muster.common.hostlist import int_ranges
+
 __all__ = [
     "CONTROLLERS",
     "CgroupError",
@@ -170,15 +172,7 @@ def _ancestry(rel: str) -> list[str]:
 
 def format_cpus(cpus) -> str:
     """``[0, 1, 2, 5]`` -> ``"0-2,5"`` (the kernel's list format)."""
-    ids = sorted(set(int(c) for c in cpus))
-    out, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(out)
+    return int_ranges(int(c) for c in cpus)
 
 
 def _kill(pids) -> None:
@@ -513,7 +507,25 @@ class V1Hierarchy(Hierarchy):
                     out[key] = int(self._read(self._file(ctrl, rel, name)).strip()) // div
                 except (CgroupError, ValueError):
                     pass
+        self._precise_cpu(rel, out)
         return out
+
+    def _precise_cpu(self, rel: str, out: dict) -> None:
+        """``cpuacct.usage`` (ns) is the exact total; ``usage_user``/``usage_sys`` charge each
+        slice by the mode the task was in when the scheduler accounted it, which on a busy host
+        loses most of a CPU-bound task's time (seen here: 104 ms of a 578 ms busy loop). The
+        total is taken from ``cpuacct.usage`` and split in the user:system ratio of the two."""
+        if "cpuacct" not in self.mounts:
+            return
+        try:
+            total_us = int(self._read(self._file("cpuacct", rel, "cpuacct.usage")).strip()) // 1000
+        except (CgroupError, ValueError):
+            return
+        user, system = out["cpu_user_us"] or 0, out["cpu_sys_us"] or 0
+        if user + system >= total_us:
+            return
+        user_part = total_us * user // (user + system) if user + system else total_us
+        out["cpu_user_us"], out["cpu_sys_us"] = user_part, total_us - user_part
 
 
 def _dev_type(dtype: str) -> str:

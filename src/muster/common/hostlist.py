@@ -28,6 +28,7 @@ __all__ = [
     "compress_counts",
     "compress_sorted",
     "expand",
+    "int_ranges",
     "expand_counts",
     "natural_key",
 ]
@@ -349,6 +350,20 @@ def natural_key(name: str) -> tuple:
 
 
 # --------------------------------------------------------------------------- counts
+
+
+def int_ranges(values: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``: distinct integers, sorted, consecutive runs as ``a-b``
+    (the kernel's cpuset list format, and Slurm's for task and CPU ids)."""
+    ids = sorted(set(values))
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def compress_counts(values: Sequence[int]) -> str:

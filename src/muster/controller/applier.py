@@ -25,6 +25,7 @@ import logging
 from contextlib import contextmanager
 
 from muster.controller import state as state_mod
+from muster.controller.faults import crash_point
 from muster.lifecycle import effects as fx
 from muster.lifecycle import jobfsm, nodefsm
 
@@ -38,6 +39,11 @@ class Applier:
         self._queue: list = []
         self._policy: jobfsm.Policy | None = None
         self.armed: set[int] = set()  # jobs with a timer set (a preemption's grace time)
+
+    def configure(self) -> None:
+        """The configuration changed (muster.controller.reconfig.apply_settings): the policy
+        is built again from it on next use."""
+        self._policy = None
 
     @property
     def policy(self) -> jobfsm.Policy:
@@ -104,10 +110,13 @@ class Applier:
     # ---- changes (inside the transaction) --------------------------------------------------
     def _commit(self, job, changes) -> None:
         ctl, st = self.ctl, self.ctl.state
+        before = job.state
         for c in changes:
             if isinstance(c, fx.SetFields):
                 for k, v in c.fields.items():
                     setattr(job, k, v)
+            elif isinstance(c, fx.AllocateResources):
+                st.allocate(job)
             elif isinstance(c, fx.ReleaseResources):
                 st.release(job)
             elif isinstance(c, fx.HoldResources):
@@ -126,11 +135,16 @@ class Applier:
             else:
                 raise TypeError(f"unknown change {c!r}")
         st.save(job)
+        diag = getattr(ctl, "diag", None)  # sdiag's job counters, TraceJobs
+        if diag is not None:  # (absent from the unit tests' controller stand-ins)
+            diag.job_transition(job, before)
 
     # ---- effects (after the commit) --------------------------------------------------------
     def _flush(self) -> None:
         while self._queue:
             batch, self._queue = self._queue, []
+            if any(isinstance(e, fx.Launch) for _, e in batch):
+                crash_point("after_start_commit")  # starts committed, launches not yet sent
             for job, e in batch:
                 try:
                     self._dispatch(job, e)
@@ -147,13 +161,14 @@ class Applier:
             for node in e.nodes:
                 if node:
                     ctl.send_to_node(node, {"op": "signal", "job_id": e.job_id, "run": e.run,
-                                            "signal": e.signal, "scope": e.scope})
+                                            "signal": e.signal, "scope": e.scope,
+                                            "cont": e.cont})
         elif isinstance(e, fx.Notify):
             ctl.steps.notify(job)
         elif isinstance(e, fx.Schedule):
             ctl.request_schedule()
         elif isinstance(e, fx.Launch):
-            ctl.launch(job)
+            ctl.prologs.job_started(job)  # PrologSlurmctld / Alloc prologs, then launch or wake
         elif isinstance(e, fx.Timer):
             self._arm(e)
         elif not isinstance(e, fx.Reply):  # replies go back through the request handler

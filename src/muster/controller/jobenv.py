@@ -8,6 +8,7 @@ once the process does (``SLURM_TASK_PID``). Base is the environment captured at 
 from __future__ import annotations
 
 from muster.common.hostlist import compress_counts
+from muster.model.alloc import NodeAlloc
 from muster.model.job import Job
 
 NO_ARRAY_TASK = 4294967294
@@ -24,8 +25,7 @@ def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
     if login and (job.export or "").upper().split(",")[0] in ("NONE", "NIL"):
         for k, v in login.items():
             env.setdefault(k, v)
-    first: dict = (job.alloc[0] if job.alloc else
-                   {"node": "", "cpus": job.num_cpus, "gpus": [], "tasks": 1})
+    first = job.alloc[0] if job.alloc else NodeAlloc("", job.num_cpus, 0)
     s = _slurm_vars(job, first, cluster_name, conf_path)
     env.setdefault("TMPDIR", "/tmp")
     _optional_vars(job, first, s)
@@ -33,9 +33,10 @@ def batch_env(job: Job, submitted: dict, *, cluster_name: str, conf_path: str,
     return env
 
 
-def _slurm_vars(job: Job, first: dict, cluster_name: str, conf_path: str) -> dict[str, str]:
+def _slurm_vars(job: Job, first: NodeAlloc, cluster_name: str, conf_path: str
+                ) -> dict[str, str]:
     """The variables every batch script gets, in a fixed order (the environment keeps it)."""
-    node = first["node"]
+    node = first.node
     return {
         "ENVIRONMENT": "BATCH",
         "HOSTNAME": node,
@@ -43,12 +44,12 @@ def _slurm_vars(job: Job, first: dict, cluster_name: str, conf_path: str) -> dic
         "SLURM_CLUSTER_NAME": cluster_name,
         "SLURM_CONF": conf_path,
         "MUSTER_CONF": conf_path,
-        "SLURM_CPUS_ON_NODE": str(first["cpus"]),
+        "SLURM_CPUS_ON_NODE": str(first.cpus),
         "SLURM_GTIDS": "0",
         "SLURM_JOB_ID": str(job.job_id),
         "SLURM_JOBID": str(job.job_id),
         "SLURM_JOB_ACCOUNT": job.account,
-        "SLURM_JOB_CPUS_PER_NODE": compress_counts([a["cpus"] for a in job.alloc] or [job.num_cpus]),
+        "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.alloc] or [job.num_cpus]),
         "SLURM_JOB_GID": str(job.gid),
         "SLURM_JOB_GROUP": job.group,
         "SLURM_JOB_NAME": job.name,
@@ -66,7 +67,7 @@ def _slurm_vars(job: Job, first: dict, cluster_name: str, conf_path: str) -> dic
         "SLURM_PRIO_PROCESS": str(job.nice or 0),
         "SLURM_SUBMIT_DIR": job.submit_dir or job.work_dir,
         "SLURM_SUBMIT_HOST": job.submit_host,
-        "SLURM_TASKS_PER_NODE": compress_counts([a.get("tasks", 1) for a in job.alloc] or [1]),
+        "SLURM_TASKS_PER_NODE": compress_counts([a.tasks for a in job.alloc] or [1]),
         "SLURM_TOPOLOGY_ADDR": node,
         "SLURM_TOPOLOGY_ADDR_PATTERN": "node",
         "SLURM_JOB_START_TIME": str(job.start_time or 0),
@@ -74,7 +75,7 @@ def _slurm_vars(job: Job, first: dict, cluster_name: str, conf_path: str) -> dic
     }
 
 
-def _optional_vars(job: Job, first: dict, s: dict[str, str]) -> None:
+def _optional_vars(job: Job, first: NodeAlloc, s: dict[str, str]) -> None:
     """Add to ``s`` the variables that exist only for some jobs: exactly one memory
     variable, task/CPU counts the user set, GPUs (the first node's indices), restarts,
     export/open mode, dependency, array task."""
@@ -83,19 +84,21 @@ def _optional_vars(job: Job, first: dict, s: dict[str, str]) -> None:
     elif job.mem_per_gpu:
         s["SLURM_MEM_PER_GPU"] = str(job.mem_per_gpu)
     else:
-        s["SLURM_MEM_PER_NODE"] = str(first.get("mem") or job.mem_per_node or 0)
+        s["SLURM_MEM_PER_NODE"] = str(first.mem or job.mem_per_node or 0)
     if job.ntasks_set:
         s["SLURM_NTASKS"] = s["SLURM_NPROCS"] = str(job.num_tasks)
     if job.ntasks_per_node:
         s["SLURM_NTASKS_PER_NODE"] = str(job.ntasks_per_node)
     if job.cpus_per_task and job.cpus_per_task_set:
         s["SLURM_CPUS_PER_TASK"] = str(job.cpus_per_task)
-    if first.get("gpus"):
-        gpus = ",".join(str(g) for g in first["gpus"])
+    if job.overcommit:  # srun reads it: the job's steps overcommit too, as in Slurm
+        s["SLURM_OVERCOMMIT"] = "1"
+    if first.gpus:
+        gpus = ",".join(str(g) for g in first.gpus)
         for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
                     "ZE_AFFINITY_MASK", "SLURM_JOB_GPUS"):
             s[var] = gpus
-        s["SLURM_GPUS_ON_NODE"] = str(len(first["gpus"]))
+        s["SLURM_GPUS_ON_NODE"] = str(len(first.gpus))
     if job.gpus_per_node:
         s["SLURM_GPUS_PER_NODE"] = (f"{job.gpu_type}:" if job.gpu_type else "") + str(job.gpus_per_node)
     if job.gpus:

@@ -36,7 +36,8 @@ import logging
 from muster.common import clock
 from muster.common.scripts import run_scripts, timeout_of
 from muster.controller.state import now
-from muster.lifecycle import job as lifecycle
+from muster.lifecycle import events
+from muster.model.alloc import NodeAlloc
 from muster.model.job import RUNNING
 
 log = logging.getLogger("musterctld")
@@ -63,14 +64,18 @@ def ctld_failure_action(*, batch: bool, requeue: bool) -> str:
 class Prologs:
     def __init__(self, ctl):
         self.ctl = ctl
-        cfg = ctl.cfg
+        self.configure(ctl.cfg)
+        self.gates: dict[int, dict] = {}  # job id -> {"run", "nodes": set | None}
+        self.holds: dict[tuple[int, int, str], dict] = {}  # (job, run, node) -> epilog hold
+        self._tasks: set[asyncio.Task] = set()
+
+    def configure(self, cfg) -> None:
+        """PrologFlags, nohold_on_prolog_fail and the script paths (read from ``cfg`` when
+        used): at start and on reconfigure. Jobs already gated keep their gates."""
         self.cfg = cfg
         self.flags = frozenset(f.upper() for f in (cfg.prolog_flags or ()))
         self.alloc = bool(self.flags & {"ALLOC", "CONTAIN"})
         self.nohold = "nohold_on_prolog_fail" in (cfg.scheduler_parameters or {})
-        self.gates: dict[int, dict] = {}  # job id -> {"run", "nodes": set | None}
-        self.holds: dict[tuple[int, int, str], dict] = {}  # (job, run, node) -> epilog hold
-        self._tasks: set[asyncio.Task] = set()
 
     @property
     def node_scripts(self) -> bool:
@@ -92,7 +97,7 @@ class Prologs:
         global indices (env.md: Prolog/Epilog always get global indices). The node adds
         SLURMD_NODENAME, SLURM_SCRIPT_CONTEXT, SLURM_CLUSTER_NAME and SLURM_CONF."""
         env = self.job_env(job)
-        gpus = next((a["gpus"] for a in job.alloc if a["node"] == node), None)
+        gpus = next((a.gpus for a in job.alloc if a.node == node), None)
         if gpus:
             ids = ",".join(str(g) for g in sorted(gpus))
             for k in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
@@ -135,7 +140,7 @@ class Prologs:
 
     def _after_ctld(self, job) -> None:
         if self.alloc and self.cfg.prolog:
-            nodes = list(dict.fromkeys(a["node"] for a in job.alloc))
+            nodes = list(dict.fromkeys(a.node for a in job.alloc))
             for n in nodes:
                 self.ctl.send_to_node(n, {"op": "prolog", "job_id": job.job_id,
                                           "run": job.restarts, "uid": job.uid, "gid": job.gid,
@@ -173,7 +178,7 @@ class Prologs:
                   res.detail)
         self.gates.pop(job_id, None)
         if ctld_failure_action(batch=job.batch, requeue=job.requeue) == "requeue":
-            self._requeue(job, hold=False, desc=None, why="PrologSlurmctld failed")
+            self._requeue(job, hold=False, why="PrologSlurmctld failed")
         else:
             self._end(job, "CANCELLED", "None", by_uid=0,
                       why="PrologSlurmctld failed, job killed")
@@ -223,8 +228,7 @@ class Prologs:
         action, held = prolog_failure_action(batch=job.batch, requeue=job.requeue,
                                              flags=self.flags, nohold=self.nohold)
         if action == "requeue":
-            self._requeue(job, hold=held, desc=HELD_DESC if held else None,
-                          why=f"prolog failed on {node.name}")
+            self._requeue(job, hold=held, why=f"prolog failed on {node.name}")
         else:
             self._end(job, "FAILED", "JobLaunchFailure", by_uid=None,
                       why=f"prolog failed on {node.name}")
@@ -235,45 +239,22 @@ class Prologs:
         log.error("%s on node %s: %s", reason, node.name, detail)
         if node.drain or node.down:
             return
-        node.drain, node.reason = True, reason
-        node.reason_user, node.reason_time = self.cfg.slurm_user or "root", now()
-        with self.ctl.state.store.transaction():
-            self.ctl.state.store.put_node(node.name, node.admin_record())
-            self.ctl.state.event(None, "node_drain", f"{reason}: {detail}"[:500], node=node.name)
-        self.ctl.request_schedule()
+        self.ctl.applier.node(
+            node, events.NodeDrain(reason, self.cfg.slurm_user or "root", detail), now())
 
     # ---- what a failure does to the job -----------------------------------------------------
-    def _requeue(self, job, *, hold: bool, desc: str | None, why: str) -> None:
-        """Back to the queue under the same id (the run never started its script): what of it
-        runs anywhere is terminated, its resources are released (and epilogs run)."""
-        ctl, st = self.ctl, self.ctl.state
-        run = job.restarts
-        ctl.steps.forget_job(job.job_id)
-        for n in dict.fromkeys(a["node"] for a in job.alloc):
-            ctl.send_to_node(n, {"op": "terminate", "job_id": job.job_id, "run": run,
-                                 "why": "requeue"})
-        with st.store.transaction():
-            st.release(job)
-            prev = lifecycle.requeue(job, now=now(), delay=ctl.requeue_delay, hold=hold,
-                                     held_desc=desc)
-            st.store.put_run(job.job_id, run, prev)
-            st.event(job, "requeued", why)
-            st.save(job)
-        ctl.steps.notify(job)
-        ctl.request_schedule()
+    def _requeue(self, job, *, hold: bool, why: str) -> None:
+        """Back to the queue under the same id (the run never started its script)."""
+        self.ctl.applier.job(job, events.PrologFailed(why, requeue=True, hold=hold,
+                                                      held_desc=HELD_DESC), now())
 
     def _end(self, job, final_state: str, reason: str, *, by_uid, why: str) -> None:
         """End a job that cannot be requeued; it completes once its nodes confirm."""
-        with self.ctl.state.store.transaction():
-            self.ctl.kill_running(job, final_state=final_state, by_uid=by_uid, why="cancel")
-            job.reason = reason
-            self.ctl.state.event(job, "ended", why)
-            self.ctl.state.save(job)
-        self.ctl.steps.notify(job)
-        self.ctl.request_schedule()
+        self.ctl.applier.job(job, events.PrologFailed(
+            why, requeue=False, final_state=final_state, reason=reason, by_uid=by_uid), now())
 
     # ---- end ------------------------------------------------------------------------------
-    def job_released(self, job, allocs: list[dict]) -> None:
+    def job_released(self, job, allocs: list[NodeAlloc]) -> None:
         """``ClusterState.release`` gave back the job's resources on ``allocs``' nodes: run
         the Epilog there (holding those resources until it is done) and EpilogSlurmctld."""
         gate = self.gates.get(job.job_id)
@@ -282,8 +263,8 @@ class Prologs:
         if self.node_scripts:
             for a in allocs:
                 msg = {"op": "epilog", "job_id": job.job_id, "run": job.restarts, "uid": job.uid,
-                       "gid": job.gid, "prolog_env": self.node_env(job, a["node"])}
-                self.ctl.send_to_node(a["node"], msg)
+                       "gid": job.gid, "prolog_env": self.node_env(job, a.node)}
+                self.ctl.send_to_node(a.node, msg)
                 if self.cfg.epilog:
                     self._hold(job.job_id, job.restarts, a, msg)
         if self.cfg.epilog_slurmctld:
@@ -307,14 +288,14 @@ class Prologs:
             log.error("epilog_slurmctld JobId=%d epilog exit status %s %s", job_id,
                       res.status(), res.detail)
 
-    def _hold(self, job_id: int, run: int, a: dict, msg: dict) -> None:
-        n = self.ctl.state.nodes.get(a["node"])
-        key = (job_id, run, a["node"])
+    def _hold(self, job_id: int, run: int, a: NodeAlloc, msg: dict) -> None:
+        n = self.ctl.state.nodes.get(a.node)
+        key = (job_id, run, a.node)
         if n is None or key in self.holds:
             return
-        n.cpus_alloc += a["cpus"]
-        n.mem_alloc += a["mem"]
-        n.gpus_alloc.update(a["gpus"])
+        n.cpus_alloc += a.cpus
+        n.mem_alloc += a.mem
+        n.gpus_alloc.update(a.gpus)
         n.completing_jobs.add(job_id)
         self.holds[key] = {"alloc": a, "msg": msg, "sent": clock.monotonic()}
 
@@ -324,9 +305,9 @@ class Prologs:
         if h is None or n is None:
             return
         a = h["alloc"]
-        n.cpus_alloc = max(0, n.cpus_alloc - a["cpus"])
-        n.mem_alloc = max(0, n.mem_alloc - a["mem"])
-        n.gpus_alloc.difference_update(a["gpus"])
+        n.cpus_alloc = max(0, n.cpus_alloc - a.cpus)
+        n.mem_alloc = max(0, n.mem_alloc - a.mem)
+        n.gpus_alloc.difference_update(a.gpus)
         if job_id not in n.jobs and not any(k[0] == job_id and k[2] == node for k in self.holds):
             n.completing_jobs.discard(job_id)
         self.ctl.request_schedule()

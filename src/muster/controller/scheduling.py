@@ -3,8 +3,9 @@
 ``build_snapshot`` turns the controller's state into the core's immutable input,
 ``apply_plan`` is the one place where a Plan becomes reality: it re-checks every start against
 the current state (the plan may be stale by the time it is applied), splits array tasks off
-their master, commits all changes of the pass in one transaction, and returns the jobs to
-launch — which the caller dispatches only after the commit.
+their master, feeds each start to the job machine (``Start``) through the controller's
+applier, and commits all changes of the pass in one transaction; the launches are the
+machine's effects, dispatched by the applier only after that commit.
 """
 
 from __future__ import annotations
@@ -12,15 +13,14 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import lru_cache
 
-from muster.controller.submit import expand_io_paths
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever
-from muster.core.confview import partition_views, sched_config
+from muster.core.confview import partition_views, sched_config, topology_fields
 from muster.core.schedule import R_DEADLINE
 from muster.core import features
 from muster.core.placement import NodeAlloc
 from muster.core.snapshot import RunningView
 from muster.lifecycle import deps as depmod
-from muster.lifecycle import job as lifecycle
+from muster.lifecycle import events
 from muster.model.job import PENDING, RUNNING, Job
 
 
@@ -34,6 +34,15 @@ def sched_config_of(state) -> SchedConfig:
     return cfg
 
 
+def topology_of(state) -> dict:
+    """The snapshot's topology fields (muster.core.confview.topology_fields), built once per
+    configuration object: a reconfigure that replaces ``state.cfg`` rebuilds them."""
+    got = state.__dict__.get("_topo_fields")
+    if got is None or got[0] is not state.cfg:
+        got = state.__dict__["_topo_fields"] = (state.cfg, topology_fields(state.cfg))
+    return got[1]
+
+
 def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
     out = []
     for n in state.nodes.values():
@@ -43,7 +52,8 @@ def node_views(state, *, empty: bool = False) -> tuple[NodeView, ...]:
             cpus_free=n.cpus if empty else max(0, n.cpus - n.cpus_alloc), mem=n.mem,
             mem_free=n.mem if empty else max(0, n.mem - n.mem_alloc), gpus=len(n.gpu_indices),
             gpus_free=free_gpus, gpu_type=n.gpu_type, usable=True if empty else n.usable,
-            weight=n.conf.weight, features=_features(n.conf.active)))
+            weight=n.conf.weight, features=_features(n.conf.active),
+            tmp_disk=n.conf.tmp_disk))
     return tuple(out)
 
 
@@ -67,8 +77,10 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         fixed_priority=fixed_priority, requeue=bool(job.requeue and job.batch),
         job_id=job.job_id, priority=job.priority, submit_time=job.submit_time,
         partitions=tuple(job.partitions_req or [job.partition]), nodes_min=job.nodes_min,
-        nodes_max=job.nodes_max, ntasks=job.num_tasks if job.ntasks_given else 0,
-        ntasks_per_node=job.ntasks_per_node,
+        # -O: placed as one task per node; its tasks are spread when it starts (task_counts)
+        nodes_max=job.nodes_max,
+        ntasks=job.num_tasks if job.ntasks_given and not job.overcommit else 0,
+        ntasks_per_node=None if job.overcommit else job.ntasks_per_node,
         cpus_per_task=job.cpus_per_task, mem_per_node=0 if job.mem_all else job.mem_per_node,
         mem_per_cpu=job.mem_per_cpu, mem_per_gpu=job.mem_per_gpu, gpus_per_node=job.gpus_per_node,
         gpus_total=job.gpus, gpus_per_task=job.gpus_per_task, gpu_type=job.gpu_type,
@@ -76,7 +88,8 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts,
         constraint=constraint_of(job.features), cpus_per_gpu=job.cpus_per_gpu,
         deadline=job.deadline, time_min=job.time_min, min_cpus=job.min_cpus_node or 0,
-        contiguous=bool(job.contiguous))
+        contiguous=bool(job.contiguous), min_tmp=job.min_tmp_disk or 0,
+        switches=job.req_switch or None, switch_wait=job.wait4switch)
 
 
 def _expand(expr: str | None) -> list[str]:
@@ -208,8 +221,7 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
             began = j.start_time if j.start_time is not None else t  # 0 is a time (sim)
             running.append(RunningView(
                 job_id=j.job_id, partition=j.partition,
-                nodes=tuple(NodeAlloc(a["node"], a["cpus"], a["mem"], tuple(a["gpus"]),
-                                      a.get("tasks", 1)) for a in j.alloc),
+                nodes=tuple(j.alloc),
                 start_time=began,
                 end_time=began + 60 * j.time_limit if j.time_limit is not None
                 and j.state == RUNNING else (t if j.completing else None),
@@ -223,6 +235,7 @@ def build_snapshot(state, t: int) -> tuple[Snapshot, dict[int, str]]:
     if resv is not None and resv.resv:
         extra["reservations"] = resv.views(t)
     # a name -> view mapping is accepted for partitions (Snapshot stores it ordered by name)
+    extra.update(topology_of(state))
     snap = Snapshot(now=t, nodes=node_views(state),
                     partitions=partition_views(state.cfg),  # type: ignore[arg-type]
                     pending=tuple(pending), running=tuple(running), **extra)
@@ -240,77 +253,102 @@ def accounting_views(acc, t: int, cfg: SchedConfig) -> dict:
     return extra
 
 
-def apply_plan(state, plan, t: int, shell_reasons: dict[int, str] | None = None) -> list[Job]:
-    """Commit the plan's starts and reasons; return the jobs to launch (after commit)."""
-    started: list[Job] = []
-    with state.store.transaction():
-        for start in plan.starts:
-            job = state.jobs.get(start.job_id)
-            if job is None or job.state != PENDING:
-                continue
-            allocs = [{"node": na.node, "cpus": na.cpus, "mem": na.mem, "gpus": list(na.gpus),
-                       "tasks": na.tasks} for na in start.allocation.nodes]
-            if not _still_free(state, allocs):
-                continue
-            if job.pending_tasks:
-                job = _split_array_task(state, job, t)
-            if getattr(start, "time_limit", None):
-                job.time_limit = start.time_limit  # --time-min: backfill chose the limit
-            job.scheduler = getattr(start, "scheduler", "Main")
-            job.expected_start = None
-            job.sched_nodes = None
-            lifecycle.start(job, partition=start.partition, alloc=allocs,
-                            node_list=state.node_list_of(a["node"] for a in allocs),
-                            tres_alloc=state.alloc_tres(allocs), now=t)
-            expand_io_paths(job)
-            state.allocate(job)
-            state.save(job)
-            started.append(job)
+def apply_plan(state, applier, plan, t: int, shell_reasons: dict[int, str] | None = None,
+               *, reasons: bool = True) -> list[Job]:
+    """Commit the plan in one transaction: each start re-checked against the current state and
+    fed to the job machine as ``Start`` (its launch leaves after the commit), each missed
+    deadline as ``DeadlineMissed``, the reasons, expected starts and priorities of the jobs
+    left pending. Returns the jobs started. (plan.preemptions: ``Controller.preempt``.)
+    ``reasons=False`` leaves the reasons to the caller: the controller's passes write them in
+    slices between requests (:func:`apply_reasons`, muster.controller.passes)."""
+    with applier.transaction():
+        started = _apply_starts(state, applier, plan, t)
         started_ids = {j.job_id for j in started}
-        reasons = dict(shell_reasons or {})
-        reasons.update(plan.reasons)
-        expected = getattr(plan, "expected_start", None) or {}
-        sched_nodes = getattr(plan, "sched_nodes", None) or {}
-        resv_state = getattr(state, "reservations", None)
-        active = [r for r in (resv_state.views(t) if resv_state is not None and resv_state.resv
-                              else ()) if r.start <= t]
-        for job_id, reason in reasons.items():
-            job = state.jobs.get(job_id)
-            if job is None or job.state != PENDING or job_id in started_ids:
-                continue
-            if reason == R_DEADLINE:
-                _deadline_missed(state, job, t)
-                continue
-            exp = expected.get(job_id)
-            sn = sched_nodes.get(job_id)
-            desc = job.reason_desc
-            if active or (desc or "").startswith("ReqNodeNotAvail, "):
-                reason, desc = _reservation_reason(state, job, reason, desc, active, t)
-            if job.reason != reason or job.expected_start != exp or job.sched_nodes != sn \
-                    or job.reason_desc != desc:
-                job.reason = reason
-                job.reason_desc = desc
-                job.expected_start = exp
-                job.sched_nodes = sn
-                job.last_sched_eval = t
-                state.save(job)
+        if reasons:
+            _apply_reasons(state, applier, plan, t, shell_reasons, started_ids)
         _store_priorities(state, plan, started_ids)
         mailer = getattr(state, "mailer", None)
         if mailer is not None and mailer.timed:
             for job in mailer.tick(state.jobs, t):  # TIME_LIMIT_50/80/90/100 mails
                 state.save(job)
-    return started  # plan.preemptions: the controller's job machine (Controller.preempt)
+    return started
 
 
-def _deadline_missed(state, job: Job, t: int) -> None:
-    """The core found that the job can no longer end before its --deadline: it ends in state
-    DEADLINE (an srun/salloc waiting for the allocation is told at once)."""
-    lifecycle.deadline_missed(job, now=t)
-    state.save(job)
-    state.event(job, "deadline", "cannot end before its deadline")
-    ctl = getattr(state, "ctl", None)
-    if ctl is not None and hasattr(ctl, "steps") and not job.batch:
-        ctl.steps.notify(job)
+def task_counts(job: Job, start) -> list[int]:
+    """The tasks of each node of a start (SLURM_TASKS_PER_NODE): placement's, except for an
+    overcommitting job (-O), placed as one task per node: its tasks are balanced over the
+    nodes as Slurm lays them out (the first ``n mod N`` nodes get one more)."""
+    nodes = start.allocation.nodes
+    if not job.overcommit:
+        return [na.tasks for na in nodes]
+    base, rem = divmod(max(job.num_tasks, len(nodes)), len(nodes))
+    return [base + (1 if i < rem else 0) for i in range(len(nodes))]
+
+
+def _apply_starts(state, applier, plan, t: int) -> list[Job]:
+    started: list[Job] = []
+    for start in plan.starts:
+        job = state.jobs.get(start.job_id)
+        if job is None or job.state != PENDING:
+            continue
+        allocs = [replace(na, tasks=k) if na.tasks != k else na
+                  for na, k in zip(start.allocation.nodes, task_counts(job, start))]
+        if not _still_free(state, allocs):
+            continue
+        if job.pending_tasks:
+            job = _split_array_task(state, job, t)
+        applier.job(job, events.Start(
+            partition=start.partition, alloc=tuple(allocs),
+            node_list=state.node_list_of(a.node for a in allocs),
+            tres_alloc=state.alloc_tres(allocs), time_limit=getattr(start, "time_limit", None),
+            scheduler=getattr(start, "scheduler", "Main")), t)
+        started.append(job)
+    return started
+
+
+def _apply_reasons(state, applier, plan, t: int, shell_reasons: dict[int, str] | None,
+                   started_ids: set[int]) -> None:
+    """Why each job still waits (squeue's reason), its expected start and planned nodes; a
+    job whose deadline can no longer be met ends (``DeadlineMissed``)."""
+    apply_reasons(state, applier, plan, t, merged_reasons(plan, shell_reasons), started_ids)
+
+
+def merged_reasons(plan, shell_reasons: dict[int, str] | None) -> dict[int, str]:
+    """Every pending job's reason: the shell's (held, dependency, ...), then the core's."""
+    reasons = dict(shell_reasons or {})
+    reasons.update(plan.reasons)
+    return reasons
+
+
+def apply_reasons(state, applier, plan, t: int, reasons: dict[int, str], started_ids,
+                  skip=frozenset()) -> None:
+    """:func:`_apply_reasons` for the jobs of ``reasons``, except those in ``skip`` (changed
+    since the plan was made). The caller holds the transaction."""
+    expected = getattr(plan, "expected_start", None) or {}
+    sched_nodes = getattr(plan, "sched_nodes", None) or {}
+    resv_state = getattr(state, "reservations", None)
+    active = [r for r in (resv_state.views(t) if resv_state is not None and resv_state.resv
+                          else ()) if r.start <= t]
+    for job_id, reason in reasons.items():
+        job = state.jobs.get(job_id)
+        if job is None or job.state != PENDING or job_id in started_ids or job_id in skip:
+            continue
+        if reason == R_DEADLINE:  # ends DEADLINE; a waiting srun/salloc is told at once
+            applier.job(job, events.DeadlineMissed(), t)
+            continue
+        exp = expected.get(job_id)
+        sn = sched_nodes.get(job_id)
+        desc = job.reason_desc
+        if active or (desc or "").startswith("ReqNodeNotAvail, "):
+            reason, desc = _reservation_reason(state, job, reason, desc, active, t)
+        if job.reason != reason or job.expected_start != exp or job.sched_nodes != sn \
+                or job.reason_desc != desc:
+            job.reason = reason
+            job.reason_desc = desc
+            job.expected_start = exp
+            job.sched_nodes = sn
+            job.last_sched_eval = t
+            state.save(job)
 
 
 def _reservation_reason(state, job: Job, reason: str, desc: str | None, active: list,
@@ -369,14 +407,14 @@ def _store_priorities(state, plan, started_ids: set) -> None:
         state.save(job)
 
 
-def _still_free(state, allocs: list[dict]) -> bool:
+def _still_free(state, allocs: list[NodeAlloc]) -> bool:
     for a in allocs:
-        n = state.nodes.get(a["node"])
+        n = state.nodes.get(a.node)
         if n is None or not n.usable:
             return False
-        if n.cpus - n.cpus_alloc < a["cpus"] or n.mem - n.mem_alloc < a["mem"]:
+        if n.cpus - n.cpus_alloc < a.cpus or n.mem - n.mem_alloc < a.mem:
             return False
-        if n.gpus_alloc.intersection(a["gpus"]):
+        if n.gpus_alloc.intersection(a.gpus):
             return False
     return True
 

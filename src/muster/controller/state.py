@@ -11,12 +11,14 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+from collections.abc import Sequence
 
 from muster.common.clock import now  # noqa: F401 - re-exported: controller modules import it here
 from muster.common.hostlist import compress
 from muster.common.units import tres_string
 from muster.controller.nodes import NodeRuntime
 from muster.lifecycle import deps as depmod
+from muster.model.alloc import NodeAlloc
 from muster.model.job import PENDING, RUNNING, Job
 
 
@@ -63,6 +65,9 @@ class ClusterState:
         self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
+        # jobs changed while a scheduling pass is in flight (muster.controller.passes): its
+        # plan's decisions about them are stale; None when no pass is in flight
+        self.pass_changes: set[int] | None = None
         self.boot_time = now()
         self._load()
 
@@ -98,6 +103,8 @@ class ClusterState:
         the usage event: a run that stopped is charged to fair-share here, in the change's
         transaction (Accounts.job_saved), so reading usage never has to write."""
         self.view_cache.pop(job.job_id, None)
+        if self.pass_changes is not None:
+            self.pass_changes.add(job.job_id)
         if job.mail_type:
             self.mailer.on_save(job)
         self.store.put_job(job.to_store())
@@ -111,9 +118,9 @@ class ClusterState:
     # ---- resources -----------------------------------------------------------------------
     def _allocate(self, job: Job) -> None:
         for a in job.alloc:
-            n = self.nodes.get(a["node"])
+            n = self.nodes.get(a.node)
             if n is not None:
-                n.allocate(job.job_id, a["cpus"], a["mem"], a["gpus"])
+                n.allocate(job.job_id, a.cpus, a.mem, a.gpus)
                 if job.completing:
                     n.completing_jobs.add(job.job_id)
 
@@ -123,18 +130,18 @@ class ClusterState:
     def release(self, job: Job) -> None:
         freed = []
         for a in job.alloc:
-            n = self.nodes.get(a["node"])
+            n = self.nodes.get(a.node)
             if n is not None:
                 if job.job_id in n.jobs:
                     freed.append(a)
-                n.release(job.job_id, a["cpus"], a["mem"], a["gpus"])
+                n.release(job.job_id, a.cpus, a.mem, a.gpus)
         prologs = getattr(self.ctl, "prologs", None)
         if freed and prologs is not None:
             prologs.job_released(job, freed)  # node Epilogs, EpilogSlurmctld
 
     def mark_completing(self, job: Job) -> None:
         for a in job.alloc:
-            n = self.nodes.get(a["node"])
+            n = self.nodes.get(a.node)
             if n is not None and job.job_id in n.jobs:
                 n.completing_jobs.add(job.job_id)
 
@@ -219,10 +226,10 @@ class ClusterState:
         order = self.cfg.node_order()
         return compress(sorted(set(names), key=order.__getitem__))
 
-    def alloc_tres(self, alloc: list[dict]) -> str:
-        cpus = sum(a["cpus"] for a in alloc)
-        mem = sum(a["mem"] for a in alloc)
-        gpus = sum(len(a["gpus"]) for a in alloc)
+    def alloc_tres(self, alloc: Sequence[NodeAlloc]) -> str:
+        cpus = sum(a.cpus for a in alloc)
+        mem = sum(a.mem for a in alloc)
+        gpus = sum(len(a.gpus) for a in alloc)
         return tres_string(cpus, mem, len(alloc), cpus, {"gres/gpu": gpus} if gpus else {})
 
     def purge_old(self, t: int) -> int:

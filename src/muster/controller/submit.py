@@ -18,14 +18,12 @@ cluster owner (SlurmUser) only (ESLURM_USER_ID_MISSING / ESLURM_GROUP_ID_MISSING
 from __future__ import annotations
 
 import grp
-import os
 import posixpath
 import pwd
 from typing import Any
 
 from muster.common import gresspec
 from muster.common.errors import RequestError
-from muster.common.patterns import expand_pattern
 from muster.common.units import tres_string
 from muster.lifecycle import deps as depmod
 from muster.model.arrays import compress_indices
@@ -42,13 +40,14 @@ NO_ARRAY_TASK = 4294967294
 
 _INT_FIELDS = ("time_limit", "time_min", "nodes_min", "nodes_max", "ntasks", "ntasks_per_node",
                "cpus_per_task", "mem_per_node", "mem_per_cpu", "mem_per_gpu", "cpus_per_gpu",
-               "begin", "nice", "priority", "umask", "deadline", "mincpus")
+               "begin", "nice", "priority", "umask", "deadline", "mincpus", "tmp",
+               "switches", "wait4switch")
 _STR_FIELDS = ("name", "script_name", "partition", "account", "qos", "reservation", "array",
                "dependency", "open_mode", "export", "nodelist", "exclude", "comment", "work_dir",
                "std_out", "std_err", "std_in", "command", "submit_line", "submit_host",
                "submit_dir", "constraint", "mail_type", "mail_user", "licenses", "gpu_bind",
                "clusters", "wckey")
-_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive", "contiguous")
+_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive", "contiguous", "overcommit")
 
 
 def _bad(msg: str, code: str = "invalid_request") -> RequestError:
@@ -251,36 +250,98 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
     caller is an operator (may ask for a negative nice). ``job_id``: set only when an existing
     job is re-validated (scontrol update, with ``job_request``): the job is not counted twice
     against submit limits. ``accounts``: the account names, or the controller's associations
-    (muster.controller.accounts.Accounts, which check more)."""
+    (muster.controller.accounts.Accounts, which check more).
+
+    The phases run in Slurm's order, each raising the first error it finds: request shape,
+    partition, account/QOS, sizes, GPUs, memory, time, then the options that need the job
+    (placement, signal, node lists), feasibility, array, dependency, hold/begin and the
+    association limits."""
     check_types(req)
     cfg = cluster
     if batch:
         check_script(script, env, cfg.max_script_size)
     check_counts(req)
     check_nice(req.get("nice"), privileged)
-    # ---- partition ---------------------------------------------------------------------
+    parts = _partitions(req, cfg)
+    pconf = cfg.partitions[parts[0]]
+    account, qos = _account_qos(req, ident, parts, accounts, qos_names)
+    job = Job(
+        job_id=job_id, name=_job_name(req, batch)[:1024], user=ident["user"], uid=ident["uid"],
+        group=ident["group"], gid=ident["gid"], groups=tuple(ident.get("groups") or ()),
+        account=account, qos=qos, partition=",".join(parts),
+        partitions_req=parts if len(parts) > 1 else None, submit_time=now, eligible_time=now,
+        comment=req.get("comment"), command=req.get("command"),
+        submit_host=req.get("submit_host") or "", exclusive=bool(req.get("exclusive")),
+        open_mode=req.get("open_mode"), requeue=cfg.job_requeue if req.get("requeue") is None
+        else req["requeue"], argv=tuple(req.get("argv") or ()), umask=req.get("umask") or 0o022,
+        submit_line=(req.get("submit_line") or "")[:4096], export=req.get("export"),
+        nice=req.get("nice") or 0, batch=batch,
+        req_nodes=req.get("nodelist") or None, exc_nodes=req.get("exclude") or None)
+    _sizes(job, req)
+    _gpus(job, req, cfg)
+    _memory(job, req, cfg, pconf)
+    _time(job, req, pconf)
+    job.work_dir = req.get("work_dir") or "/"
+    if not posixpath.isabs(job.work_dir):
+        raise _bad("work_dir must be absolute")
+    job.submit_dir = req.get("submit_dir") or job.work_dir
+    if job.open_mode not in (None, "append", "truncate"):
+        raise _bad("Invalid --open-mode specification")
+    placement_options(job, req, cfg, pconf, now)
+    _signal_option(job, req)
+    _node_lists(job, cfg)
+    _check_feasible(job, parts, fits_ever, cfg)
+    _array_dependency_hold(job, req, cfg, now, job_lookup)
+    job.tres_req = request_tres(job)
+    job.intern_strings()  # the phases set fields after construction
+    if getattr(accounts, "resolve", None) is not None:
+        _association_checks(job, req, ident, parts, accounts, cfg)
+    return job
+
+
+def _partitions(req: dict, cfg) -> list[str]:
+    """``-p a,b`` (each must exist), else the default partition."""
     if req.get("partition"):
         parts = [p for p in req["partition"].split(",") if p]
         for p in parts:
             if p not in cfg.partitions:
                 raise RequestError(None, "invalid_partition")
-    elif cfg.default_partition:
-        parts = [cfg.default_partition]
-    else:
-        raise RequestError(None, "no_default_partition")
-    pconf = cfg.partitions[parts[0]]
-    # ---- account / qos -----------------------------------------------------------------
+        return parts
+    if cfg.default_partition:
+        return [cfg.default_partition]
+    raise RequestError(None, "no_default_partition")
+
+
+def _account_qos(req: dict, ident: dict, parts: list[str], accounts: Any,
+                 qos_names: set[str]) -> tuple[str, str]:
     resolve = getattr(accounts, "resolve", None)
     if resolve is not None:  # muster.controller.accounts.Accounts (sacctmgr associations)
-        account, qos = resolve(ident, req.get("account"), req.get("qos"), parts)
-    else:
-        account = req.get("account") or ("root" if ident["uid"] == 0 else "default")
-        if account not in accounts:
-            raise RequestError(None, "invalid_account")
-        qos = req.get("qos") or "normal"
-        if qos not in qos_names:
-            raise RequestError(None, "invalid_qos")
-    # ---- sizes -------------------------------------------------------------------------
+        return resolve(ident, req.get("account"), req.get("qos"), parts)
+    account = req.get("account") or ("root" if ident["uid"] == 0 else "default")
+    if account not in accounts:
+        raise RequestError(None, "invalid_account")
+    qos = req.get("qos") or "normal"
+    if qos not in qos_names:
+        raise RequestError(None, "invalid_qos")
+    return account, qos
+
+
+def _job_name(req: dict, batch: bool) -> str:
+    if req.get("name"):
+        return req["name"]
+    if req.get("wrap"):
+        return "wrap"
+    if req.get("script_name"):
+        return req["script_name"]
+    if not batch and req.get("argv"):
+        return posixpath.basename(req["argv"][0]) or "interactive"
+    return "sbatch"
+
+
+def _sizes(job: Job, req: dict) -> None:
+    """Nodes, tasks and CPUs: -N defaults from -n/--ntasks-per-node, and is reduced to -n.
+    ``-O`` (overcommit): the CPUs are those of one task per node, as Slurm allocates them;
+    the tasks are spread over the nodes when it starts (scheduling.task_counts)."""
     nodes_min = req.get("nodes_min")
     nodes_max = req.get("nodes_max")
     ntasks = req.get("ntasks")
@@ -292,12 +353,23 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
             nodes_min = max(1, -(-ntasks // tpn))
     if nodes_max is not None and nodes_max < nodes_min:
         raise RequestError(None, "invalid_node_count")
-    ntasks_set = ntasks is not None or tpn is not None
+    job.ntasks_set = ntasks is not None or tpn is not None
     if ntasks is None:
         ntasks = (tpn or 1) * nodes_min
     if ntasks < nodes_min:
         nodes_min = ntasks  # srun/sbatch reduce -N to -n
-    # ---- gpus --------------------------------------------------------------------------
+    job.nodes_min, job.nodes_max, job.num_nodes = nodes_min, nodes_max, nodes_min
+    job.num_tasks, job.ntasks_per_node, job.cpus_per_task = ntasks, tpn, cpt
+    job.num_cpus = max(ntasks * cpt, nodes_min)
+    job.overcommit = bool(req.get("overcommit"))
+    if job.overcommit:
+        job.num_cpus = nodes_min * cpt
+    job.cpus_per_task_set = req.get("cpus_per_task") is not None
+    job.ntasks_given = req.get("ntasks") is not None
+
+
+def _gpus(job: Job, req: dict, cfg) -> None:
+    """--gres=gpu[:type]:N, --gpus, --gpus-per-task (GPUs must be a configured GRES)."""
     gpus_per_node, gpu_type = 0, None
     for g in req.get("gres") or []:
         if g["name"] not in ("gpu",) or "gpu" not in cfg.gres_types:
@@ -315,16 +387,24 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
             if "gpu" not in cfg.gres_types and g["count"]:
                 raise RequestError(None, "invalid_gres")
             gpu_type = g.get("type") or gpu_type
-    gpus_total = gpus["count"] if gpus else None
-    gpus_per_task = gpt["count"] if gpt else None
-    # ---- memory ------------------------------------------------------------------------
+    job.gpus_per_node, job.gpu_type = gpus_per_node, gpu_type
+    job.gpus = gpus["count"] if gpus else None
+    job.gpus_per_task = gpt["count"] if gpt else None
+    if gpus_per_node:
+        job.tres_per_node = (f"gres:gpu:{gpu_type}:{gpus_per_node}" if gpu_type
+                             else f"gres:gpu:{gpus_per_node}")
+
+
+def _memory(job: Job, req: dict, cfg, pconf) -> None:
+    """One of --mem/--mem-per-cpu/--mem-per-gpu, else the partition's or the cluster's
+    default (DefMemPerGPU first for a GPU job), else the whole node (``mem_all``)."""
     mem_node, mem_cpu, mem_gpu = req.get("mem_per_node"), req.get("mem_per_cpu"), req.get("mem_per_gpu")
     if sum(v is not None for v in (mem_node, mem_cpu, mem_gpu)) > 1:
         raise _bad("--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive")
     for v in (mem_node, mem_cpu, mem_gpu):
         if v is not None and v < 0:
             raise _bad("Invalid memory specification")
-    wants_gpus = bool(gpus_per_node or gpus_total or gpus_per_task)
+    wants_gpus = bool(job.gpus_per_node or job.gpus or job.gpus_per_task)
     if mem_gpu is not None and not wants_gpus:
         raise RequestError(None, "invalid_gres")  # --mem-per-gpu needs GPUs to scale with
     mem_all = False
@@ -343,7 +423,12 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
             mem_all = True
     if mem_node == 0:
         mem_all = True
-    # ---- time --------------------------------------------------------------------------
+    job.mem_per_node = mem_node if not mem_all else None
+    job.mem_per_cpu, job.mem_per_gpu, job.mem_all = mem_cpu, mem_gpu, mem_all
+
+
+def _time(job: Job, req: dict, pconf) -> None:
+    """-t (-1: UNLIMITED), else the partition's DefaultTime or MaxTime; --time-min."""
     tl = req.get("time_limit")
     from_part = False
     if tl is None:
@@ -356,54 +441,22 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
     time_min = req.get("time_min")
     if time_min is not None and time_min < 0:
         raise RequestError(None, "invalid_time_limit")
-    # ---- identity & names --------------------------------------------------------------
-    work_dir = req.get("work_dir") or "/"
-    if not posixpath.isabs(work_dir):
-        raise _bad("work_dir must be absolute")
-    if req.get("name"):
-        name = req["name"]
-    elif req.get("wrap"):
-        name = "wrap"
-    elif req.get("script_name"):
-        name = req["script_name"]
-    elif not batch and req.get("argv"):
-        name = posixpath.basename(req["argv"][0]) or "interactive"
-    else:
-        name = "sbatch"
-    job = Job(
-        job_id=job_id, name=name[:1024], user=ident["user"], uid=ident["uid"], group=ident["group"],
-        gid=ident["gid"], groups=tuple(ident.get("groups") or ()), account=account, qos=qos,
-        partition=",".join(parts), partitions_req=parts if len(parts) > 1 else None,
-        submit_time=now, eligible_time=now, time_limit=tl, time_min=time_min,
-        timelimit_from_partition=from_part, nodes_min=nodes_min, nodes_max=nodes_max,
-        num_nodes=nodes_min, num_tasks=ntasks, ntasks_set=ntasks_set, cpus_per_task=cpt,
-        ntasks_per_node=tpn, num_cpus=max(ntasks * cpt, nodes_min),
-        mem_per_node=mem_node if not mem_all else None, mem_per_cpu=mem_cpu, mem_per_gpu=mem_gpu,
-        mem_all=mem_all, gpus_per_node=gpus_per_node, gpu_type=gpu_type, gpus=gpus_total,
-        gpus_per_task=gpus_per_task,
-        tres_per_node=(f"gres:gpu:{gpu_type}:{gpus_per_node}" if gpu_type else
-                       f"gres:gpu:{gpus_per_node}") if gpus_per_node else None,
-        req_nodes=req.get("nodelist") or None, exc_nodes=req.get("exclude") or None,
-        work_dir=work_dir, command=req.get("command"), comment=req.get("comment"),
-        submit_host=req.get("submit_host") or "", exclusive=bool(req.get("exclusive")),
-        open_mode=req.get("open_mode"), requeue=cfg.job_requeue if req.get("requeue") is None
-        else req["requeue"], argv=tuple(req.get("argv") or ()), umask=req.get("umask") or 0o022,
-        submit_line=(req.get("submit_line") or "")[:4096], export=req.get("export"),
-        nice=req.get("nice") or 0, batch=batch, submit_dir=req.get("submit_dir") or work_dir,
-        cpus_per_task_set=req.get("cpus_per_task") is not None,
-        ntasks_given=req.get("ntasks") is not None,
-    )
-    if job.open_mode not in (None, "append", "truncate"):
-        raise _bad("Invalid --open-mode specification")
-    placement_options(job, req, cfg, pconf, now)
+    job.time_limit, job.time_min, job.timelimit_from_partition = tl, time_min, from_part
+
+
+def _signal_option(job: Job, req: dict) -> None:
     sig = req.get("signal")
-    if sig is not None:
-        if not (1 <= sig["signal"] <= 64) or not (0 <= sig.get("secs", 60) <= 65535):
-            raise _bad("Invalid --signal specification")
-        job.signal_spec = {"signal": sig["signal"], "secs": sig.get("secs", 60),
-                           "batch": bool(sig.get("batch"))}
-        job.signal = f"{'B:' if sig.get('batch') else ''}{sig['signal']}@{sig.get('secs', 60)}"
-    # ---- node lists --------------------------------------------------------------------
+    if sig is None:
+        return
+    if not (1 <= sig["signal"] <= 64) or not (0 <= sig.get("secs", 60) <= 65535):
+        raise _bad("Invalid --signal specification")
+    job.signal_spec = {"signal": sig["signal"], "secs": sig.get("secs", 60),
+                       "batch": bool(sig.get("batch"))}
+    job.signal = f"{'B:' if sig.get('batch') else ''}{sig['signal']}@{sig.get('secs', 60)}"
+
+
+def _node_lists(job: Job, cfg) -> None:
+    """-w/-x: every name known, stored compressed in node-definition order."""
     from muster.common.hostlist import compress, expand
     for field in ("req_nodes", "exc_nodes"):
         expr = getattr(job, field)
@@ -416,30 +469,34 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
             if unknown:
                 raise RequestError(None, "invalid_nodelist")
             setattr(job, field, compress(sorted(set(names), key=cfg.node_order().__getitem__)))
-    # ---- feasibility -------------------------------------------------------------------
+
+
+def _check_feasible(job: Job, parts: list[str], fits_ever, cfg) -> None:
+    """"Never" is refused now (Slurm's ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE), with the
+    client's extra detail line; only "not now" may wait."""
     why = None
     for p in parts:
         why = _fits_some_day(job, p, fits_ever, cfg)
         if why is None:
-            break
-    if why is not None:
-        exc = RequestError(None, "bad_node_config")
-        exc.detail = _unsatisfiable_detail(job, parts, cfg)  # Slurm's extra client line
-        raise exc
-    # ---- array -------------------------------------------------------------------------
+            return
+    exc = RequestError(None, "bad_node_config")
+    exc.detail = _unsatisfiable_detail(job, parts, cfg)  # Slurm's extra client line
+    raise exc
+
+
+def _array_dependency_hold(job: Job, req: dict, cfg, now: int, job_lookup) -> None:
+    """--array, --dependency, --begin, --hold, and the output patterns (arrays: %A_%a)."""
     if req.get("array"):
         indices, throttle, info = parse_array(req["array"], cfg.max_array_size)
         job.pending_tasks = indices
         job.array_max_tasks = throttle
         job.array_spec = info
         job.array_task_str = compress_indices(indices)
-    # ---- dependency --------------------------------------------------------------------
     if req.get("dependency"):
         terms, any_ = parse_dependency(req["dependency"], job_lookup)
         job.dep_terms = terms
         job.dep_any = any_
         job.dependency = req["dependency"]
-    # ---- hold / begin / priority -------------------------------------------------------
     if req.get("begin") is not None and req["begin"] > now:
         job.begin_time = req["begin"]
         job.eligible_time = req["begin"]
@@ -450,17 +507,18 @@ def build_job(req: dict, script: str | None, env: dict, *, ident: dict, cluster,
     default_out = "slurm-%A_%a.out" if job.pending_tasks else "slurm-%j.out"
     job.io_patterns = (req.get("std_out") or default_out, req.get("std_err") or None,
                        req.get("std_in") or "/dev/null")
-    job.tres_req = request_tres(job)
-    if resolve is not None:
-        # partition access, EnforcePartLimits and QOS/association submit limits; reservation
-        accounts.submit_check(job, ident, parts, cfg)
-        resv = req.get("reservation") or None
-        if resv:
-            state = getattr(accounts, "state", None)
-            accounts.check_reservation(resv, ident, account,
-                                       getattr(state, "reservations", None))
-            accounts.remember(job, resv=resv)
-    return job
+
+
+def _association_checks(job: Job, req: dict, ident: dict, parts: list[str], accounts,
+                        cfg) -> None:
+    """Partition access, EnforcePartLimits and QOS/association submit limits; the
+    reservation asked for (controller.accounts.Accounts)."""
+    accounts.submit_check(job, ident, parts, cfg)
+    resv = req.get("reservation") or None
+    if resv:
+        state = getattr(accounts, "state", None)
+        accounts.check_reservation(resv, ident, job.account, getattr(state, "reservations", None))
+        accounts.remember(job, resv=resv)
 
 
 def parse_dependency(spec: str, job_lookup) -> tuple[list[list], bool]:
@@ -508,7 +566,8 @@ def job_request(job: Job) -> dict:
         "nodelist": job.req_nodes, "exclude": job.exc_nodes, "exclusive": job.exclusive,
         "requeue": job.requeue, "constraint": job.features, "cpus_per_gpu": job.cpus_per_gpu,
         "deadline": job.deadline, "mail_type": job.mail_type, "mail_user": job.mail_user,
-        "mincpus": job.min_cpus_node, "contiguous": job.contiguous,
+        "mincpus": job.min_cpus_node, "contiguous": job.contiguous, "tmp": job.min_tmp_disk,
+        "overcommit": job.overcommit,
     }
 
 
@@ -557,6 +616,7 @@ def placement_options(job: Job, req: dict, cfg, pconf, now: int) -> None:
             raise RequestError(None, "invalid_time_value")
         job.deadline = deadline
     _node_shape_options(job, req)
+    _switch_options(job, req, cfg)
     try:
         job.mail_type = parse_mail_type(req["mail_type"]) if req.get("mail_type") else None
         user = req.get("mail_user")
@@ -566,16 +626,38 @@ def placement_options(job: Job, req: dict, cfg, pconf, now: int) -> None:
 
 
 def _node_shape_options(job: Job, req: dict) -> None:
-    """--mincpus (each node needs, and gets, that many CPUs: NumCPUs counts them),
-    --contiguous, and --wckey (a label for accounting, stored as given)."""
+    """--mincpus (each node needs, and gets, that many CPUs: NumCPUs counts them), --tmp
+    (each node needs TmpDisk at least that large), --contiguous, --wckey (a label for
+    accounting, stored as given)."""
     mincpus = req.get("mincpus")
     if mincpus is not None:
         if not 0 < mincpus <= MAX_JOB_ID:
             raise RequestError(None, "invalid_cpu_count")
         job.min_cpus_node = mincpus
         job.num_cpus = max(job.num_cpus, mincpus * job.nodes_min)
+    tmp = req.get("tmp")  # --tmp (MB): a node filter (TmpDisk), never consumed, as Slurm's
+    if tmp is not None and not 0 <= tmp <= MAX_INT:
+        raise _bad("Invalid --tmp specification")
+    job.min_tmp_disk = tmp or None
     job.contiguous = bool(req.get("contiguous"))
     job.wckey = req.get("wckey") or None
+
+
+def _switch_options(job: Job, req: dict, cfg) -> None:
+    """--switches=N[@wait]: at most N leaf switches (blocks) until the job has waited
+    ``wait`` seconds, which SchedulerParameters max_switch_wait (default 300) both defaults
+    and caps, as in Slurm; the wait that applies is stored (scontrol ``Switches=N@wait``)."""
+    switches, wait = req.get("switches"), req.get("wait4switch")
+    if switches is None:
+        return
+    if not 0 < switches < 1 << 31 or (wait is not None and not 0 <= wait <= MAX_INT):
+        raise _bad("Invalid --switches specification")
+    try:
+        most = int((cfg.scheduler_parameters or {}).get("max_switch_wait", 300))
+    except (TypeError, ValueError):
+        most = 300
+    job.req_switch = switches
+    job.wait4switch = most if wait is None else min(wait, most)
 
 
 def _fits_some_day(job: Job, partition: str, fits_ever, cfg) -> str | None:
@@ -621,6 +703,8 @@ def _unsatisfiable_detail(job: Job, parts: list[str], cfg) -> str | None:
     if (job.mem_per_node and job.mem_per_node > max_mem) or \
             (job.mem_per_cpu and job.mem_per_cpu * job.cpus_per_task > max_mem):
         return "Memory specification can not be satisfied"
+    if job.min_tmp_disk and job.min_tmp_disk > max(n.tmp_disk for n in nodes):
+        return "Temporary disk specification can not be satisfied"
     return None
 
 
@@ -640,20 +724,3 @@ def request_tres(job: Job) -> str:
         mem = 0
     return tres_string(job.num_cpus, mem, job.nodes_min, job.num_cpus,
                        {"gres/gpu": gpus} if gpus else {})
-
-
-def expand_io_paths(job: Job) -> None:
-    """Fill std_out/std_err/std_in with the controller-side expansion (``%N`` kept)."""
-    arr_id = job.array_job_id
-    task = job.array_task_id
-
-    def exp(pat: str) -> str:
-        path = expand_pattern(pat, job_id=job.job_id, array_job_id=arr_id,
-                              array_task_id=task, user=job.user, name=job.name)
-        return path if os.path.isabs(path) else posixpath.join(job.work_dir, path)
-
-    out, err, inp = job.io_patterns
-    assert out is not None and inp is not None  # only -e may be unset (then it follows -o)
-    job.std_out = exp(out)
-    job.std_err = exp(err) if err else job.std_out
-    job.std_in = exp(inp) if inp != "/dev/null" else inp

@@ -27,12 +27,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from muster.model.alloc import NodeAlloc  # the one allocation type, shared with Job.alloc
+
 if TYPE_CHECKING:
     from .features import Constraint
 
 __all__ = [
-    "AssocView", "JobView", "NodeView", "PartitionView", "QosView", "ReservationView",
-    "RunningView", "SchedConfig", "Snapshot", "SwitchView",
+    "AssocView", "JobView", "NodeAlloc", "NodeView", "PartitionView", "QosView",
+    "ReservationView", "RunningView", "SchedConfig", "Snapshot", "SwitchView",
 ]
 
 _NO: frozenset[str] = frozenset()
@@ -60,6 +62,7 @@ class NodeView:
     usable: bool = True
     weight: int = 1
     features: frozenset[str] = _NO
+    tmp_disk: int = 0  # TmpDisk (MB): a --tmp job needs at least its request here
 
     @property
     def idle(self) -> bool:
@@ -162,18 +165,7 @@ class JobView:
     # them there (0 = none); --contiguous: its nodes are consecutive in slurm.conf order
     min_cpus: int = 0
     contiguous: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class NodeAlloc:
-    """One node's share of an allocation: what placement hands out and what a running job
-    holds (here, below placement, because both the snapshot and the plan carry it)."""
-
-    node: str
-    cpus: int
-    mem: int
-    gpus: tuple[int, ...]
-    tasks: int
+    min_tmp: int = 0  # --tmp (MB, MinTmpDiskNode): nodes with less TmpDisk cannot serve it
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +256,8 @@ class AssocView:
 
 @dataclass(frozen=True, slots=True)
 class SwitchView:
-    """topology.conf ``SwitchName=name Nodes=...`` (leaf) or ``Switches=...`` (inner)."""
+    """topology.conf ``SwitchName=name Nodes=...`` (leaf) or ``Switches=...`` (inner); also
+    a ``BlockName=name Nodes=...`` base block (``Snapshot.blocks``)."""
 
     name: str
     nodes: tuple[str, ...] = ()
@@ -332,6 +325,9 @@ class Snapshot:
     qos: tuple[QosView, ...] = field(default=())
     assocs: tuple[AssocView, ...] = field(default=())
     switches: tuple[SwitchView, ...] = field(default=())
+    # topology/block: base blocks in order (as SwitchView: name, nodes) and BlockSizes (nodes)
+    blocks: tuple[SwitchView, ...] = field(default=())
+    block_sizes: tuple[int, ...] = field(default=())
     # fair-share factor per (account, user), from muster.core.fairshare (input to priority)
     fairshare: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
@@ -340,7 +336,8 @@ class Snapshot:
         if isinstance(parts, Mapping):
             parts = tuple(parts[k] for k in sorted(parts))
         object.__setattr__(self, "partitions", tuple(parts))
-        for name in ("nodes", "pending", "running", "reservations", "qos", "assocs", "switches"):
+        for name in ("nodes", "pending", "running", "reservations", "qos", "assocs", "switches",
+                     "blocks", "block_sizes"):
             object.__setattr__(self, name, tuple(getattr(self, name)))
 
     def partition_map(self) -> dict[str, PartitionView]:

@@ -36,6 +36,11 @@ class ReleaseResources:
 
 
 @dataclass(frozen=True)
+class AllocateResources:
+    """Take the job's new allocation (``Job.alloc``) on its nodes."""
+
+
+@dataclass(frozen=True)
 class HoldResources:
     """Keep the job's resources allocated as COMPLETING until the agent confirms the end."""
 
@@ -76,7 +81,8 @@ class Log:
 # ---- effects ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Launch:
-    """Send the batch script to the job's batch host."""
+    """The job has started: once its prologs allow (PrologSlurmctld, PrologFlags=Alloc),
+    send the batch script to its batch host, or wake the srun/salloc waiting for it."""
     job_id: int
 
 
@@ -97,6 +103,7 @@ class Signal:
     nodes: tuple[str | None, ...]
     signal: int
     scope: str = "full"
+    cont: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +132,6 @@ class Reply:
     payload: dict[str, Any]
 
 
-CHANGES = (SetFields, ReleaseResources, HoldResources, ForgetSteps, PutStep, PutUsage, PutRun,
-           Log)
+CHANGES = (SetFields, AllocateResources, ReleaseResources, HoldResources, ForgetSteps, PutStep,
+           PutUsage, PutRun, Log)
 EFFECTS = (Launch, Terminate, Signal, Notify, Schedule, Timer, Reply)

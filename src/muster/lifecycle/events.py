@@ -13,14 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from muster.model.alloc import NodeAlloc
+
 
 @dataclass(frozen=True)
 class Start:
-    """The scheduler placed a pending job (scheduling.apply_plan)."""
+    """The scheduler placed a pending job (scheduling.apply_plan). ``time_limit``: the limit
+    backfill chose for a ``--time-min`` job (None: keep the job's); ``scheduler``: the pass
+    that started it (``Main`` or ``Backfill``, scontrol's ``Scheduler=``)."""
     partition: str
-    alloc: tuple[dict[str, Any], ...]  # per node, as Job.alloc
+    alloc: tuple[NodeAlloc, ...]  # per node, as Job.alloc
     node_list: str
     tres_alloc: str
+    time_limit: int | None = None
+    scheduler: str = "Main"
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,26 @@ class Cancel:
 
 @dataclass(frozen=True)
 class SignalJob:
-    """scancel -s: deliver ``signal`` to the job's processes; the state does not change."""
+    """scancel -s, or a ``--signal`` warning: deliver ``signal`` to the job's processes; the
+    state does not change. ``scope``: ``steps`` (the tasks of every running step, not the
+    batch shell), ``batch`` (the batch shell alone, on its node), ``full`` (both). ``cont``:
+    SIGCONT first (Slurm does so before a ``--signal`` warning)."""
     signal: int
     scope: str = "full"
+    cont: bool = False
+
+
+@dataclass(frozen=True)
+class ReleaseAllocation:
+    """srun/salloc gives its allocation back (the command ended with ``exit_code``/``signal``).
+    ``steps_live``: some of its steps have not reported their end yet, so the allocation is
+    torn down (COMPLETING) and finishes with the last one. ``immediate``: a pending
+    allocation asked for with ``--immediate`` did not start at once; it ends FAILED."""
+    by_uid: int
+    exit_code: int = 0
+    signal: int = 0
+    steps_live: bool = False
+    immediate: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +123,26 @@ class DeadlineMissed:
     """A pending job can no longer end before its ``--deadline``."""
 
 
+@dataclass(frozen=True)
+class PrologFailed:
+    """A prolog of the job's start failed (PrologSlurmctld, or a node's Prolog), so the run
+    never started its script. ``requeue``: back to the queue under the same id (held with
+    ``hold``, shown with ``held_desc``); else the job ends in ``final_state`` with ``reason``,
+    cancelled by ``by_uid``."""
+    why: str
+    requeue: bool
+    hold: bool = False
+    held_desc: str | None = None
+    final_state: str = "FAILED"
+    reason: str = "None"
+    by_uid: int | None = None
+
+
+@dataclass(frozen=True)
+class StepsDrained:
+    """The last step of an srun/salloc allocation being torn down has reported its end."""
+
+
 # Node events (muster.lifecycle.nodefsm)
 @dataclass(frozen=True)
 class NodeDown:
@@ -112,6 +155,7 @@ class NodeDown:
 class NodeDrain:
     reason: str
     user: str
+    detail: str = ""  # for the event log only (a failed Prolog's output, say)
 
 
 @dataclass(frozen=True)
@@ -121,7 +165,10 @@ class NodeResume:
 
 @dataclass(frozen=True)
 class NodeRegistered:
-    """The node's agent registered (again)."""
+    """The node's agent registered (again). ``return_to_service``: slurm.conf's
+    ReturnToService (0: a DOWN node stays DOWN; 1: only a DOWN the controller set for a silent
+    agent is undone; 2: any DOWN is)."""
+    return_to_service: int = 1
 
 
 @dataclass(frozen=True)
@@ -130,5 +177,5 @@ class NodeSilent:
 
 
 JOB_EVENTS = (Start, Ended, Cancel, SignalJob, Timeout, Requeue, Hold, Release, NodeFailed,
-              Preempt, DeadlineMissed)
+              Preempt, DeadlineMissed, ReleaseAllocation, StepsDrained, PrologFailed)
 NODE_EVENTS = (NodeDown, NodeDrain, NodeResume, NodeRegistered, NodeSilent)

@@ -18,8 +18,13 @@ FAILED/NonZeroExitCode; else COMPLETED.
 
 from __future__ import annotations
 
+import posixpath
 import signal as _signal
+from collections.abc import Sequence
 from typing import Any
+
+from muster.common.patterns import expand_pattern
+from muster.model.alloc import NodeAlloc
 
 from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL, OUT_OF_MEMORY,
                               PENDING, PREEMPTED, RUNNING, TIMEOUT, Job)
@@ -28,19 +33,20 @@ from muster.model.job import (CANCELLED, COMPLETED, DEADLINE, FAILED, NODE_FAIL,
 OOM_SIGNAL = 125
 
 
-def start(job: Job, *, partition: str, alloc: list[dict[str, Any]], node_list: str, tres_alloc: str,
-          now: int) -> None:
+def start(job: Job, *, partition: str, alloc: Sequence[NodeAlloc], node_list: str,
+          tres_alloc: str, now: int) -> None:
     job.state = RUNNING
     job.reason = "None"
     job.reason_desc = None
+    job.system_comment = None  # a failed launch of an earlier run is that run's
     job.partition = partition
     job.start_time = now
     job.end_time = None if job.time_limit is None else now + 60 * job.time_limit
     job.alloc = tuple(alloc)
     job.node_list = node_list
-    job.batch_host = alloc[0]["node"] if alloc else None
+    job.batch_host = alloc[0].node if alloc else None
     job.num_nodes = len(alloc)
-    job.num_cpus = sum(a["cpus"] for a in alloc)
+    job.num_cpus = sum(a.cpus for a in alloc)
     job.tres_alloc = tres_alloc
     job.last_sched_eval = now
     job.launch_confirmed = False
@@ -54,6 +60,17 @@ def cancel_pending(job: Job, *, by_uid: int | None, now: int) -> None:
     job.end_time = now
     if job.start_time is None:
         job.start_time = now  # Slurm shows Start=End for jobs cancelled while pending
+
+
+def immediate_failed(job: Job, *, now: int) -> None:
+    """An ``--immediate`` allocation could not start at once: it ends FAILED with exit code
+    1 and no nodes, Start=End (what Slurm's accounting shows for it)."""
+    job.state = FAILED
+    job.reason = "None"
+    job.exit_code, job.exit_signal = 1, 0
+    job.end_time = now
+    if job.start_time is None:
+        job.start_time = now
 
 
 def deadline_missed(job: Job, *, now: int) -> None:
@@ -79,11 +96,12 @@ def begin_kill(job: Job, *, final_state: str, by_uid: int | None, now: int,
 
 
 def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
-           end_time: int | None = None, launch_failed: bool = False, oom: bool = False
-           ) -> dict[str, Any]:
+           end_time: int | None = None, launch_failed: bool = False, oom: bool = False,
+           launch_error: str | None = None) -> dict[str, Any]:
     """The batch script ended. Sets the final state unless a cancel already decided it.
     ``oom``: the OOM killer took processes of the batch step (its cgroup counted kills).
-    Returns the batch step's accounting record."""
+    ``launch_error``: why the batch step could not launch (its node's words), kept as the
+    job's SystemComment. Returns the batch step's accounting record."""
     end = end_time or now
     step_state = _step_state(exit_code, signal, timed_out)
     if oom and not timed_out:
@@ -93,6 +111,7 @@ def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
         pass
     elif launch_failed:
         job.state, job.reason = FAILED, "JobLaunchFailure"
+        job.system_comment = launch_error[:1000] if launch_error else job.system_comment
     elif timed_out:
         job.state, job.reason = TIMEOUT, "TimeLimit"
     elif oom:
@@ -120,7 +139,7 @@ def finish(job: Job, *, exit_code: int, signal: int, timed_out: bool, now: int,
         "job_id": job.job_id, "step_id": "batch", "name": "batch", "state": step_state,
         "exit_code": exit_code, "exit_signal": signal, "start_time": job.start_time,
         "end_time": end, "node_list": job.batch_host, "num_nodes": 1,
-        "num_cpus": job.alloc[0]["cpus"] if job.alloc else job.num_cpus, "num_tasks": 1,
+        "num_cpus": job.alloc[0].cpus if job.alloc else job.num_cpus, "num_tasks": 1,
         "tres_alloc": None,
     }
 
@@ -182,3 +201,22 @@ def node_failed(job: Job, *, node: str, now: int) -> None:
     job.reason = "NodeDown"
     job.end_time = now
     job.completing = False
+
+
+def expand_io_paths(job: Job) -> None:
+    """Fill std_out/std_err/std_in with the controller-side expansion of the job's patterns
+    (``%j``, ``%A``, ``%a``, ``%u``, ``%x``; ``%N`` is left to the node), relative paths under
+    the working directory. Pure string work: the paths are not touched."""
+    arr_id = job.array_job_id
+    task = job.array_task_id
+
+    def exp(pat: str) -> str:
+        path = expand_pattern(pat, job_id=job.job_id, array_job_id=arr_id,
+                              array_task_id=task, user=job.user, name=job.name)
+        return path if posixpath.isabs(path) else posixpath.join(job.work_dir, path)
+
+    out, err, inp = job.io_patterns
+    assert out is not None and inp is not None  # only -e may be unset (then it follows -o)
+    job.std_out = exp(out)
+    job.std_err = exp(err) if err else job.std_out
+    job.std_in = exp(inp) if inp != "/dev/null" else inp

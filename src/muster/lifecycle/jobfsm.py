@@ -26,8 +26,12 @@ Transition table (``TABLE``; ``-`` = refused, see ``REFUSED``):
     NodeFailed     -                node_failed           node_failed         -
     Preempt        -                preempt (grace: timer) -                  -
     DeadlineMissed deadline         -                     -                   -
+    ReleaseAlloc.  cancel_pending   end or tear down      -                   -
+    StepsDrained   -                -                     end (allocation)    -
+    PrologFailed   -                requeue or kill       -                   -
 
-Requeue is further guarded: only a batch job that may requeue takes it (else ``Refused``).
+Requeue is further guarded: only a batch job that may requeue takes it (else ``Refused``);
+ReleaseAllocation only an allocation without a batch script.
 
 Invariants (tests/unit/test_jobfsm.py checks them over random event sequences): DONE is
 never left except by Requeue (back to PENDING under the same id, the ended run recorded);
@@ -108,14 +112,21 @@ class _Draft:
 
 def _nodes(j: Job) -> tuple[str | None, ...]:
     """Every node the job's processes may be on (batch host first), once each."""
-    return tuple(dict.fromkeys([j.batch_host] + [a["node"] for a in j.alloc]))
+    return tuple(dict.fromkeys([j.batch_host] + [a.node for a in j.alloc]))
 
 
 # ---- handlers: (draft, event, now, policy) -> None --------------------------------------
 def _start(d: _Draft, e: ev.Start, now: int, _p: Policy) -> None:
-    lifecycle.start(d.j, partition=e.partition, alloc=list(e.alloc), node_list=e.node_list,
+    j = d.j
+    if e.time_limit:
+        j.time_limit = e.time_limit  # --time-min: backfill chose the limit
+    j.scheduler = e.scheduler
+    j.expected_start = j.sched_nodes = None
+    lifecycle.start(j, partition=e.partition, alloc=e.alloc, node_list=e.node_list,
                     tres_alloc=e.tres_alloc, now=now)
-    d.effect(fx.Launch(d.j.job_id) if d.j.batch else fx.Notify(d.j.job_id))
+    lifecycle.expand_io_paths(j)
+    d.change(fx.AllocateResources())
+    d.effect(fx.Launch(j.job_id))  # after its prologs: the batch script, or wake srun/salloc
 
 
 def _cancel_pending(d: _Draft, e: ev.Cancel, now: int, _p: Policy) -> None:
@@ -142,7 +153,50 @@ def _timeout(d: _Draft, e: ev.Timeout, now: int, _p: Policy) -> None:
 
 
 def _signal(d: _Draft, e: ev.SignalJob, now: int, _p: Policy) -> None:
-    d.effect(fx.Signal(d.j.job_id, d.j.restarts, _nodes(d.j), e.signal, e.scope))
+    """Each node's agent signals what of the job runs there (the steps a node runs are its
+    own knowledge, which survives a controller restart); ``batch`` reaches the batch host
+    alone."""
+    j = d.j
+    if e.scope == "batch":
+        nodes: tuple[str | None, ...] = (j.batch_host,) if j.batch and j.batch_host else ()
+    else:
+        nodes = tuple(n for n in _nodes(j) if n)
+    if nodes:
+        d.effect(fx.Signal(j.job_id, j.restarts, nodes, e.signal, e.scope, e.cont))
+
+
+def _allocation_only(j: Job) -> None:
+    if j.batch:
+        raise Refused("a batch job is not an srun/salloc allocation")
+
+
+def _release_pending(d: _Draft, e: ev.ReleaseAllocation, now: int, p: Policy) -> None:
+    """srun/salloc gave up before its allocation was granted: cancelled, or FAILED when
+    --immediate found no resources at once (as slurmctld records such a job)."""
+    _allocation_only(d.j)
+    if not e.immediate:
+        _cancel_pending(d, ev.Cancel(e.by_uid), now, p)
+        return
+    lifecycle.immediate_failed(d.j, now=now)
+    d.change(fx.Log("failed", "--immediate: resources not available at once"))
+    d.effect(fx.Notify(d.j.job_id))
+
+
+def _release_running(d: _Draft, e: ev.ReleaseAllocation, now: int, _p: Policy) -> None:
+    """srun/salloc gives its allocation back: the job ends with the command's status, at once
+    when no step is left, else torn down (COMPLETING) until its last step reports."""
+    j = d.j
+    _allocation_only(j)
+    if e.steps_live:
+        _kill(d, "FAILED" if (e.exit_code or e.signal) else "COMPLETED", None, "cancel", now)
+        j.exit_code, j.exit_signal = e.exit_code, e.signal
+        j.reason = ("NonZeroExitCode" if e.exit_code
+                    else "RaisedSignal" if e.signal else "None")
+    else:
+        lifecycle.finish(j, exit_code=e.exit_code, signal=e.signal, timed_out=False, now=now)
+        d.change(fx.ReleaseResources())
+    d.change(fx.Log("released", f"exit {e.exit_code}:{e.signal}"))
+    d.effect(fx.Schedule())
 
 
 def _may_requeue(j: Job) -> None:
@@ -227,10 +281,10 @@ def _end(d: _Draft, e: ev.Ended, now: int, p: Policy) -> None:
     j = d.j
     step = lifecycle.finish(j, exit_code=e.exit_code, signal=e.signal, timed_out=e.timed_out,
                             now=now, end_time=e.end_time, launch_failed=e.launch_failed,
-                            oom=e.oom)
+                            oom=e.oom, launch_error=e.launch_error)
     d.change(fx.ReleaseResources())  # Epilogs of the run that ended: before a requeue's fields
     if e.steps_running:  # steps still running when the batch script ends are killed
-        others = tuple(n for n in dict.fromkeys(a["node"] for a in j.alloc) if n != e.node)
+        others = tuple(n for n in dict.fromkeys(a.node for a in j.alloc) if n != e.node)
         if others:
             d.effect(fx.Terminate(j.job_id, j.restarts, others, "cancel"))
     if j.requeue and not j.requeue_pending and j.state == "FAILED" and e.exit_code:
@@ -258,12 +312,38 @@ def _end(d: _Draft, e: ev.Ended, now: int, p: Policy) -> None:
 def _end_allocation(d: _Draft, e: ev.Ended, now: int) -> None:
     """An srun/salloc allocation's agent-side end: it finishes once it is being torn down
     and its last step is gone."""
+    if d.j.completing and not e.steps_running:
+        _drained(d, ev.StepsDrained(), now, Policy())
+
+
+def _drained(d: _Draft, e: ev.StepsDrained, now: int, _p: Policy) -> None:
     j = d.j
-    if not j.completing or e.steps_running:
-        return
+    _allocation_only(j)
     d.change(fx.ForgetSteps())
     lifecycle.finish(j, exit_code=j.exit_code, signal=j.exit_signal, timed_out=False, now=now)
     d.change(fx.ReleaseResources())
+    d.effect(fx.Notify(j.job_id))
+    d.effect(fx.Schedule())
+
+
+def _prolog_failed(d: _Draft, e: ev.PrologFailed, now: int, p: Policy) -> None:
+    """The run never started its script: requeue it (what of it runs anywhere is terminated,
+    its resources released, its Epilogs run) or end it once its nodes confirm."""
+    j = d.j
+    if e.requeue:
+        run = j.restarts
+        d.change(fx.ForgetSteps())
+        d.effect(fx.Terminate(j.job_id, run, tuple(dict.fromkeys(a.node for a in j.alloc)),
+                              "requeue"))
+        d.change(fx.ReleaseResources())  # Epilogs of this run: before the requeue's fields
+        prev = lifecycle.requeue(j, now=now, delay=p.requeue_delay, hold=e.hold,
+                                 held_desc=e.held_desc if e.hold else None)
+        d.change(fx.PutRun(run, prev))
+        d.change(fx.Log("requeued", e.why))
+    else:
+        _kill(d, e.final_state, e.by_uid, "cancel", now)
+        j.reason = e.reason
+        d.change(fx.Log("ended", e.why))
     d.effect(fx.Notify(j.job_id))
     d.effect(fx.Schedule())
 
@@ -273,7 +353,7 @@ def _node_failed(d: _Draft, e: ev.NodeFailed, now: int, p: Policy) -> None:
     caller has already ended the job's steps (their records must see the job as it was)."""
     j = d.j
     d.change(fx.ReleaseResources())
-    others = tuple(n for n in dict.fromkeys(a["node"] for a in j.alloc) if n != e.node)
+    others = tuple(n for n in dict.fromkeys(a.node for a in j.alloc) if n != e.node)
     if others:  # kill what is left of it on the nodes that are still alive
         d.effect(fx.Terminate(j.job_id, j.restarts, others, "node_fail"))
     if j.completing and j.state != RUNNING and not j.requeue_pending:
@@ -307,6 +387,8 @@ TABLE: dict[tuple[str, type], Callable[[_Draft, Any, int, Policy], None]] = {
     (P, ev.Hold): _hold,
     (P, ev.Release): _release,
     (P, ev.DeadlineMissed): _deadline,
+    (P, ev.ReleaseAllocation): _release_pending,
+    (R, ev.ReleaseAllocation): _release_running,
     (R, ev.Ended): _end,
     (R, ev.Cancel): _cancel_running,
     (R, ev.SignalJob): _signal,
@@ -316,12 +398,14 @@ TABLE: dict[tuple[str, type], Callable[[_Draft, Any, int, Policy], None]] = {
     (R, ev.Release): _release,
     (R, ev.NodeFailed): _node_failed,
     (R, ev.Preempt): _preempt,
+    (R, ev.PrologFailed): _prolog_failed,
     (C, ev.Ended): _end,
     (C, ev.SignalJob): _signal,
     (C, ev.Requeue): _requeue_later,
     (C, ev.Hold): _hold,
     (C, ev.Release): _release,
     (C, ev.NodeFailed): _node_failed,
+    (C, ev.StepsDrained): _drained,
     (D, ev.Requeue): _requeue_done,
 }
 
@@ -332,13 +416,18 @@ REFUSED: dict[tuple[str, type], str] = {
     (P, ev.Timeout): "a pending job has no time running",
     (P, ev.NodeFailed): "holds no node",
     (P, ev.Preempt): _STALE,
+    (P, ev.StepsDrained): "holds no allocation",
+    (P, ev.PrologFailed): _STALE,
     (R, ev.Start): "already running",
     (R, ev.DeadlineMissed): _STALE,
+    (R, ev.StepsDrained): "not being torn down: its steps end, the allocation goes on",
     (C, ev.Start): "still completing",
     (C, ev.Cancel): "its end is already decided",
     (C, ev.Timeout): "its end is already decided",
     (C, ev.Preempt): _STALE,
     (C, ev.DeadlineMissed): _STALE,
+    (C, ev.PrologFailed): _STALE,
+    (C, ev.ReleaseAllocation): "its end is already decided",
     **{(D, t): "finished" for t in ev.JOB_EVENTS if t is not ev.Requeue},
 }
 

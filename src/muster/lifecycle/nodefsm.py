@@ -12,7 +12,7 @@ Transition table (``TABLE``; ``-`` = refused):
     NodeDrain       drain         drain (reason) drain (stays DOWN)
     NodeResume      resume        resume         resume
     NodeSilent      down (auto)   down (auto)    -
-    NodeRegistered  -             -              up if down_auto
+    NodeRegistered  -             -              up (ReturnToService)
 
 ``down`` also fails the node's jobs: the effect ``FailJobs`` asks the controller to deliver
 ``NodeFailed`` to each job still running (or completing) on it.
@@ -68,7 +68,8 @@ def _silent(node: NodeRecord, e: ev.NodeSilent, now: int) -> fx.Outcome:
 
 def _drain(node: NodeRecord, e: ev.NodeDrain, now: int) -> fx.Outcome:
     fields = {"drain": True, "reason": e.reason, "reason_user": e.user, "reason_time": now}
-    return (fx.SetFields(fields), fx.Log("node_drain", e.reason)), (fx.Schedule(),)
+    text = f"{e.reason}: {e.detail}"[:500] if e.detail else e.reason
+    return (fx.SetFields(fields), fx.Log("node_drain", text)), (fx.Schedule(),)
 
 
 def _resume(node: NodeRecord, e: ev.NodeResume, now: int) -> fx.Outcome:
@@ -78,8 +79,9 @@ def _resume(node: NodeRecord, e: ev.NodeResume, now: int) -> fx.Outcome:
 
 
 def _registered(node: NodeRecord, e: ev.NodeRegistered, now: int) -> fx.Outcome:
-    if not node.down_auto:
-        return (), ()  # DOWN by an administrator stays DOWN
+    rts = e.return_to_service
+    if not (rts == 2 or (rts == 1 and node.down_auto)):
+        return (), ()  # ReturnToService=1: DOWN by an administrator stays DOWN
     fields = {"down": False, "down_auto": False, "reason": None, "reason_user": None,
               "reason_time": None}
     return (fx.SetFields(fields), fx.Log("node_returned", "agent registered")), (fx.Schedule(),)

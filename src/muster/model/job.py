@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from sys import intern as _intern
 from typing import Any
 
+from muster.model.alloc import NodeAlloc
 from muster.model.arrays import compress_indices
 
 PENDING = "PENDING"
@@ -36,8 +37,6 @@ TERMINAL = frozenset({COMPLETED, CANCELLED, FAILED, TIMEOUT, NODE_FAIL, OUT_OF_M
                       DEADLINE})
 ACTIVE = frozenset({PENDING, RUNNING})
 
-# Alloc entry, one per allocated node: {"node": str, "cpus": int, "mem": int, "gpus": [int...]}
-AllocEntry = dict[str, Any]
 
 # Strings that repeat across many jobs (a user's 5,000 jobs share user, account, partition,
 # work dir, command line...): one shared copy each keeps a pending job small in memory.
@@ -107,7 +106,7 @@ class Job:
     exc_nodes: str | None = None
     node_list: str | None = None
     batch_host: str | None = None
-    alloc: Sequence[AllocEntry] = ()
+    alloc: tuple[NodeAlloc, ...] = ()  # per node (muster.model.alloc), batch host first
     tres_req: str = ""
     tres_alloc: str | None = None
     work_dir: str = "/"
@@ -135,8 +134,13 @@ class Job:
     mail_type: str | None = None
     mail_user: str | None = None
     min_cpus_node: int | None = None
+    min_tmp_disk: int | None = None  # --tmp (MB): MinTmpDiskNode
     contiguous: bool = False
     wckey: str | None = None
+    overcommit: bool = False  # -O: CPUs as for one task per node (SLURM_OVERCOMMIT=1)
+    req_switch: int | None = None  # --switches=N: at most N leaf switches (blocks)
+    wait4switch: int | None = None  # --switches=N@TIME (seconds); None: max_switch_wait
+    system_comment: str | None = None  # why the run could not launch (scontrol SystemComment=)
 
     # ---- internal fields: persisted, never sent to clients ---------------------------------
     script_id: int = 0                  # job id whose stored script/env this job runs (array master)
@@ -161,8 +165,15 @@ class Job:
     cpus_per_task_set: bool = False
     io_patterns: tuple[str | None, ...] = ("slurm-%j.out", None, "/dev/null")  # raw -o/-e/-i
     mail_sent: list[int] | None = None  # [run, bits]: --mail-type events already sent for that run
+    leased: bool = False                # an srun/salloc allocation held by its client (controller.leases)
 
     def __post_init__(self) -> None:
+        self.intern_strings()
+
+    def intern_strings(self) -> None:
+        """Share the strings that repeat across jobs (names, users, partitions, paths): one
+        copy for thousands of jobs. Run at construction; run again by code that builds a job
+        in steps (controller.submit.build_job)."""
         for name in _INTERNED:
             v = getattr(self, name)
             if type(v) is str:
@@ -195,9 +206,11 @@ class Job:
         """The wire record (docs/records.md); ``fields`` (names) projects it."""
         if fields is not None:
             rec: dict[str, Any] = {n: getattr(self, n) for n in fields}
+            if "alloc" in rec:
+                rec["alloc"] = [a.to_wire() for a in self.alloc]
         else:
             rec = {n: getattr(self, n) for n in PUBLIC_NAMES}
-            rec["alloc"] = list(self.alloc)
+            rec["alloc"] = [a.to_wire() for a in self.alloc]
         if self.pending_tasks and "array_task_str" in rec:
             rec["array_task_str"] = compress_indices(self.pending_tasks)
         if self.state == "PENDING" and self.expected_start is not None and "start_time" in rec:
@@ -206,7 +219,7 @@ class Job:
 
     def to_store(self) -> dict[str, Any]:
         rec = {n: getattr(self, n) for n, _ in ALL_FIELDS}
-        rec["alloc"] = list(self.alloc)
+        rec["alloc"] = [a.to_wire() for a in self.alloc]
         rec["groups"] = list(self.groups)
         rec["argv"] = list(self.argv)
         return rec
@@ -214,7 +227,8 @@ class Job:
     @classmethod
     def from_store(cls, rec: Mapping[str, Any]) -> Job:
         job = cls(**{k: v for k, v in rec.items() if k in _ALL_NAMES})
-        job.alloc = tuple(job.alloc or ())
+        job.alloc = tuple(a if isinstance(a, NodeAlloc) else NodeAlloc.from_wire(a)
+                          for a in job.alloc or ())
         job.groups = tuple(job.groups or ())
         job.argv = tuple(job.argv or ())
         return job
