@@ -30,8 +30,10 @@ def c():
     for u in (TEST_USER, TEST_USER2):
         if not user_exists(u):
             pytest.fail(f"test user {u} missing: `useradd -m {u}`")
+    # associations enforced (as the reference cluster): Account=nosuch is refused
     with private_cluster("muster-upd-", nodes=3, gpus=4, cpus=8,
-                         partitions="gpu,debug:1:00:00") as cl:
+                         partitions="gpu,debug:1:00:00",
+                         extra_conf="AccountingStorageEnforce=associations") as cl:
         cl.ok("sacctmgr", "-i", "add", "qos", "high")
         yield cl
 
@@ -347,9 +349,11 @@ def test_show_step_lists_srun_and_batch_steps(c):
     one = c.ok("scontrol", "-o", "show", "step", f"{jid}.batch")
     assert one.count("\n") == 1 and one.startswith(f"StepId={jid}.batch UserId={uid} ")
     assert one.rstrip("\n").endswith("CPUFreqReq=Default SrunHost:Pid=(null):0"), one
-    out = c.ok("squeue", f"--steps={jid}", "-o", "%i %j %u %N")
-    assert out.splitlines() == ["STEPID NAME USER NODELIST", f"{jid}.batch batch {TEST_USER} {node}",
-                                f"{jid}.0 sleep {TEST_USER} {node}"], out
+    # squeue -s: a job's steps by -j (-s's own list names steps), srun steps first
+    out = c.ok("squeue", "--steps", "-j", str(jid), "-o", "%i %j %u %N")
+    assert out.splitlines() == ["STEPID NAME USER NODELIST", f"{jid}.0 sleep {TEST_USER} {node}",
+                                f"{jid}.batch batch {TEST_USER} {node}"], out
+    assert c.ok("squeue", "-h", f"--steps={jid}.batch", "-o", "%i").split() == [f"{jid}.batch"]
     assert f"{jid}.0 " in c.ok("squeue", "-s", "-u", TEST_USER)
     r = c.run(["scontrol", "show", "step", f"{jid}.7"])
     assert (r.rc, r.out) == (1, f"Job step {jid}.7 not found\n"), r

@@ -175,7 +175,8 @@ def test_request_key_covers_every_field_the_normalisation_reads():
                "group": "g", "account": "a", "qos": "q", "time_min": 2, "switches": 1,
                "switch_wait": 9, "constraint": parse_constraint("f"), "reservation": "r",
                "nice": 3, "eligible_time": 4, "fixed_priority": True, "requeue": False,
-               "cpus_per_gpu": 4, "deadline": 99, "min_cpus": 3, "contiguous": True}
+               "cpus_per_gpu": 4, "deadline": 99, "min_cpus": 3, "contiguous": True,
+               "min_tmp": 100}
     assert set(changed) == {f.name for f in dataclasses.fields(JobView)}
     for name, value in changed.items():
         other = dataclasses.replace(base, **{name: value})

@@ -54,6 +54,16 @@ def test_reason_desc_spaces(utc_tz):
     assert "Reason=job_requeued_in_held_state " in sc.show_job(j, NOW_JOB)
 
 
+def test_system_comment_follows_workdir_before_comment(utc_tz):
+    """Slurm's order: WorkDir=, AdminComment=, SystemComment=, Comment=; shown only when set."""
+    j = dict(_job(42), reason="JobLaunchFailure", comment="mine",
+             system_comment="container: image /x.tar: No such file or directory")
+    lines = sc.show_job(j, NOW_JOB).splitlines()
+    at = lines.index("   SystemComment=container: image /x.tar: No such file or directory ")
+    assert lines[at - 1].startswith("   WorkDir=") and lines[at + 1] == "   Comment=mine "
+    assert "SystemComment=" not in sc.show_job(_job(42), NOW_JOB)
+
+
 def test_show_node(utc_tz):
     n = busy_nodes()[0]
     assert sc.show_node(n, NOW_FMT).splitlines() == ref_lines("scontrol_show_node_node1.txt")

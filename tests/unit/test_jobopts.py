@@ -115,11 +115,27 @@ def test_nodes(argv, mn, mx):
     assert (r["nodes_min"], r["nodes_max"]) == (mn, mx)
 
 
-@pytest.mark.parametrize("value", ["0", "abc", "", "-1", "1-x"])
-def test_nodes_invalid(value):
+@pytest.mark.parametrize("value,bad", [("abc", "abc"), ("", ""), ("1-x", "x"), ("x-3", "x"),
+                                       ("-3x", "3x"), ("1.5", "1.5")])
+def test_nodes_invalid(value, bad):
     e = fail(["-N", value, "--wrap", "true"])
     assert e.code == 255
-    assert e.lines[0].startswith("sbatch: error: Invalid node count specification")
+    assert e.lines == [f'sbatch: error: "{bad}" is not a valid node count']  # Slurm 22.05's
+
+
+@pytest.mark.parametrize("value,mn,mx", [("-3", 1, 3), ("-1", 1, 1), ("0-2", 1, 2), ("-0", 1, None),
+                                         ("2-0", 2, None), ("0", 0, 0)])
+def test_nodes_as_slurm_reads_them(value, mn, mx):
+    # an empty minimum is 1, a maximum of 0 is none; -N0 is left to the controller to refuse
+    r = req("-N", value)
+    assert (r["nodes_min"], r["nodes_max"]) == (mn, mx)
+
+
+@pytest.mark.parametrize("value,mn", [("3-", 3), ("-", 1)])
+def test_nodes_empty_maximum_is_below_minimum(value, mn):
+    e = fail(["-N", value, "--wrap", "true"])
+    assert (e.code, e.lines) == (255, [f"sbatch: error: Maximum node count -1 is less than "
+                                       f"minimum node count {mn}"])
 
 
 def test_nodes_max_below_min_has_slurms_message():
@@ -334,8 +350,11 @@ def test_test_only_is_refused_not_submitted():
 @pytest.mark.parametrize("flag,attr", [("-h", "help"), ("--help", "help"), ("--usage", "usage"),
                                        ("-V", "version"), ("--version", "version")])
 def test_help_usage_version_skip_script(flag, attr):
-    inv = run([flag, "/nonexistent/script.sh"])
-    assert getattr(inv, attr) is True
+    """They end sbatch at once (getopt.InfoExit), before any script is read."""
+    from muster.cli.getopt import InfoExit
+    with pytest.raises(InfoExit) as info:
+        run([flag, "/nonexistent/script.sh"])
+    assert info.value.kind == attr and info.value.code == 0 and info.value.stdout
     assert STDIN_CALLS == []
 
 

@@ -59,12 +59,29 @@ def test_sbatch_warns_about_what_it_cannot_honour():
         "sbatch: warning: --exclusive=user is not supported by Muster: the job gets whole nodes"]
 
 
-@pytest.mark.parametrize("opt", ["--bb=x", "--bbf=/tmp/x", "--container=/c", "--test-only"])
+@pytest.mark.parametrize("opt", ["--bb=x", "--bbf=/tmp/x", "--test-only"])
 def test_sbatch_refuses_what_would_change_the_job(opt):
     with pytest.raises(CliExit) as ei:
         _sbatch([opt])
     assert ei.value.code == 1 and ei.value.lines[0].startswith(
         f"sbatch: error: {opt.split('=')[0]} is not supported by Muster: ")
+
+
+def test_sbatch_container_options_go_to_the_environment():
+    import json
+    env = _sbatch(["--container=/b/bundle"]).env
+    assert json.loads(env["MUSTER_CONTAINER"]) == {"bundle": "/b/bundle"}
+    assert env["SLURM_CONTAINER"] == "/b/bundle"
+    env = _sbatch(["--container-image=/i.tar", "--container-mounts=/a:/b:ro,/c",
+                   "--container-workdir=/w", "--container-name=n1"]).env
+    assert json.loads(env["MUSTER_CONTAINER"]) == {
+        "image": "/i.tar", "mounts": [["/a", "/b", "ro"], ["/c", "/c", ""]], "workdir": "/w",
+        "name": "n1", "mount_home": False, "remap_root": False}
+    for bad in (["--container-mounts=/a"], ["--container=/b", "--container-image=/i"],
+                ["--container-image=/i", "--container-mounts=rel:/x"]):
+        with pytest.raises(CliExit) as ei:
+            _sbatch(bad)
+        assert ei.value.code != 0 and ei.value.lines[0].startswith("sbatch: error: "), bad
 
 
 def test_sbatch_step_options_go_to_the_environment(tmp_path):
@@ -99,6 +116,6 @@ def test_srun_and_salloc_warn_and_refuse(capsys):
     assert "salloc: warning: --label is not supported by Muster: srun option" in \
         capsys.readouterr().err
     with pytest.raises(CliExit) as ei:
-        srun.parse(["--multi-prog", "conf"], {}, "/tmp")
-    assert ei.value.lines == ["srun: error: --multi-prog is not supported by Muster: "
+        srun.parse(["--no-allocate", "true"], {}, "/tmp")
+    assert ei.value.lines == ["srun: error: --no-allocate is not supported by Muster: "
                               "not supported"]

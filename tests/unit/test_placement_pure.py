@@ -287,3 +287,17 @@ def test_mail_subjects_are_slurms():
         "Slurm Array Task Job_id=7_3 (12) Name=train Requeued, Run time 00:10:00"
     assert subject(j, "END", 0, ("Mixed", 0, 3)) == \
         "Slurm Array Summary Job_id=7_* (7) Name=train Ended, Mixed, ExitCode [0-3]"
+
+
+def test_overcommit_step_balances_tasks_beyond_the_cpus():
+    alloc = [AllocNode("n1", 2, ()), AllocNode("n2", 1, ())]
+    with pytest.raises(StepError) as exc:  # 5 tasks on 3 CPUs: refused without -O
+        layout(alloc, {}, {}, StepRequest(ntasks=5))
+    assert exc.value.message == "More processors requested than permitted"
+    lay = layout(alloc, {}, {}, StepRequest(ntasks=5, overcommit=True))
+    assert lay.tasks_per_node == [3, 2]
+    assert [ns.cpus for ns in lay.nodes] == [2, 1]  # never more than the job's CPUs there
+    assert [ns.tasks for ns in lay.nodes] == [(0, 1, 2), (3, 4)]
+    with pytest.raises(StepError) as exc:  # another step holds n2's CPU: wait, as any step
+        layout(alloc, {"n2": 1}, {}, StepRequest(ntasks=5, overcommit=True))
+    assert exc.value.code == "busy"

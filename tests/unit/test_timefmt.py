@@ -144,7 +144,8 @@ def test_iso_and_ctime(tz):
     ts = local(2026, 11, 29, 17, 15, 39)
     assert fmt_iso(ts) == "2026-11-29T17:15:39"
     assert fmt_ctime(ts) == "Sun Nov 29 17:15:39 2026"
-    assert fmt_ctime(local(2026, 11, 1, 9, 5, 7)) == "Sun Nov  1 09:05:07 2026"
+    # Slurm 22.05's squeue -l / sinfo -l zero-pad the day ("Sun Dec 06 17:53:55 2026")
+    assert fmt_ctime(local(2026, 11, 1, 9, 5, 7)) == "Sun Nov 01 09:05:07 2026"
     assert fmt_iso(0) == "Unknown"
     assert fmt_iso(None) == "Unknown"
     assert fmt_iso(None, unset="None") == "None"

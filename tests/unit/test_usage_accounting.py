@@ -14,6 +14,7 @@ import pytest
 
 from muster.agent import acctgather
 from muster.controller.usage import aggregate, clean
+from muster.protocol import agentmsg
 from muster.store import sqlite as store_mod
 
 MB = 1 << 20
@@ -155,7 +156,7 @@ def test_forwarder_sends_a_sample_once_and_forgets_ended_steps(tmp_path):
     (d / "usage.json").write_text(json.dumps({"time": 1, "tasks": []}))
     msgs = f.collect("n1", running)
     assert msgs == [{"op": "step_usage", "job_id": 1, "run": 0, "step_id": "batch",
-                     "node": "n1", "usage": {"time": 1, "tasks": []}}]
+                     "node": "n1", "usage": {"time": 1, "tasks": []}, "pids": []}]
     assert f.collect("n1", running) == []
     time.sleep(0.01)
     (d / "usage.json").write_text(json.dumps({"time": 2, "tasks": []}))
@@ -272,3 +273,75 @@ def test_live_samples_are_kept_only_for_steps_running_there():
     assert "n1" not in book.live[(5, 0)]
     book.forget(5)
     assert book.live == {}
+
+
+# ---- process ids of the live sample (sstat -i) -------------------------------------------------
+
+def test_live_sample_lists_the_tasks_processes_and_the_final_report_none(tmp_path):
+    p = start_task(8)
+    other = start_task(8)  # another session: not the step's
+    try:
+        s = acctgather.StepSampler(1)
+        s.add(0, p.pid)
+        s.sample()
+        s.write(str(tmp_path))
+        live = json.loads((tmp_path / "usage.json").read_text())
+        session = [int(n) for n in os.listdir("/proc") if n.isdigit()
+                   and acctgather._stat_fields(int(n)) is not None
+                   and int(acctgather._stat_fields(int(n))[3]) == p.pid]
+        assert p.pid in live["pids"] and len(live["pids"]) >= 2  # the shell and its python
+        assert set(live["pids"]) <= set(session) | {p.pid} and other.pid not in live["pids"]
+        assert live["pids"] == sorted(live["pids"])
+        assert "pids" not in s.report()  # the final figures (status.json) carry none
+        msg = acctgather.UsageForwarder().collect("n1", [(str(tmp_path), 4, 0, 0)])[0]
+        assert msg["pids"] == live["pids"] and "pids" not in msg["usage"]
+        typed = agentmsg.from_agent(msg)
+        assert isinstance(typed, agentmsg.StepUsage) and typed.pids == live["pids"]
+        os.killpg(p.pid, signal.SIGKILL)
+        _, _, ru = os.wait4(p.pid, 0)
+        p.returncode = 0
+        s.exited(0, ru)
+        assert s.pids == []
+    finally:
+        for q in (p, other):
+            try:
+                os.killpg(q.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            q.wait()
+
+
+def test_confined_sample_lists_the_cgroup_members():
+    me = os.getpid()
+    s = acctgather.StepSampler(1, pids_of=lambda k: [me, 999_999_999])  # the second is gone
+    s.add(0, me)
+    s.sample()
+    assert s.pids == [me]
+
+
+@pytest.mark.parametrize("pids", [["1"], [1.5], [True], "1,2"])
+def test_step_usage_pids_are_typed(pids):
+    with pytest.raises(agentmsg.Malformed):
+        agentmsg.from_agent({"op": "step_usage", "job_id": 1, "step_id": 0, "pids": pids})
+
+
+def test_controller_keeps_pids_per_node_for_the_live_sample_only():
+    from types import SimpleNamespace as NS
+
+    from muster.controller.usage import UsageBook, clean_pids
+    stored = []
+    job = NS(job_id=5, state="RUNNING", restarts=0, batch=False, batch_host=None)
+    ctl = NS(state=NS(jobs={5: job}, store=NS(put_step_usage=lambda *a: stored.append(a))),
+             steps=NS(steps={(5, 0): NS(nodes=["n1", "n2"])}))
+    book = UsageBook(ctl)
+    rep = {"time": 3, "tasks": [{"task": 0, "rss": 10}]}
+    book.sample("n2", {"job_id": 5, "step_id": 0, "usage": rep, "pids": [40, 41]})
+    book.sample("n1", {"job_id": 5, "step_id": 0, "usage": rep, "pids": [7]})
+    assert book.pids(5, 0) == {"n1": [7], "n2": [40, 41]} and book.pids(5, 1) == {}
+    book.sample("n1", {"job_id": 5, "step_id": 0, "usage": rep, "pids": [8, 0]})  # 0: no pid
+    assert book.pids(5, 0)["n1"] == []
+    assert book.running(5, 0)["rss"] == 20  # the ids do not disturb the figures
+    assert [clean_pids(v) for v in ([3, 2], None, [-1], [1 << 22], [1] * 100_001)] == \
+        [[3, 2], [], [], [], []]
+    book.finish(5, 0, {"n1": {"time": 4, "tasks": [{"task": 0, "max_rss": 9}]}})
+    assert book.pids(5, 0) == {} and "pids" not in stored[0][2]

@@ -127,6 +127,21 @@ def test_sstat_rows_render_fixed_width_and_parsable():
     assert sstat.render([row], fields, parsable2=True, noheader=True) == "5.batch||1\n"
 
 
+def test_sstat_pids_node_by_node_with_i_and_all_nodes_without():
+    row = {"job_id": 5, "step_id": 0, "ntasks": 3, "node_list": "node[1-3]",
+           "usage": stats(task(0, 1, 1)), "pids": {"node3": [30], "node1": [10, 11]}}
+    pid_fields = sstat.parse_fields(sstat.PID_FIELDS)
+    assert sstat.render(sstat.by_node([row]), pid_fields, parsable=True) == (
+        "JobID|Nodelist|Pids|\n5.0|node1|10,11|\n5.0|node2||\n5.0|node3|30|\n")
+    assert sstat.render([row], sstat.parse_fields("jobid,pids"), parsable2=True,
+                        noheader=True) == "5.0|10,11,30\n"  # node-list order, every node
+    wide = {**row, "node_list": "node1", "pids": {"node1": list(range(1000, 1010))}}
+    assert sstat.render([wide], sstat.parse_fields("pids"), noheader=True) == \
+        "1000,1001,1002,1003+ \n"  # Slurm's 20 columns, truncated with "+"
+    assert sstat.render([{**row, "pids": {}}], sstat.parse_fields("pids"), parsable2=True,
+                        noheader=True) == "\n"  # no sample yet
+
+
 def seff_record(**kw):
     rec = {"job_id": 42, "user": "alice", "group": "staff", "state": "COMPLETED", "exit_code": 3,
            "num_cpus": 4, "num_nodes": 2, "start_time": 100, "end_time": 110,

@@ -4,8 +4,9 @@ The batch supervisor and each step daemon own a :class:`StepSampler` for the tas
 started. Every JobAcctGatherFrequency seconds (slurm.conf ``task=N``, default 30; 0 = only at
 the end) it reads, in one pass over /proc, the ``stat``, ``status`` and ``io`` of each task's
 processes and folds them into per-task figures; the owner writes :meth:`StepSampler.report`
-to ``usage.json`` in its spool (the agent forwards it to the controller as a live sample) and,
-once every task is reaped, into ``status.json`` (the final figures, sent with the step's end).
+to ``usage.json`` in its spool (the agent forwards it to the controller as a live sample,
+with the ids of the processes it saw, for ``sstat -i``) and, once every task is reaped, into
+``status.json`` (the final figures, sent with the step's end; no process ids).
 
 Which processes belong to a task: those of the task's cgroup when confinement is on (a
 ``pids_of(local_index) -> list[int]`` callable, from cgroup.py's ``procs``), otherwise those in
@@ -271,6 +272,7 @@ class StepSampler:
         self.next_due: float | None = None
         self.sampled_at: int | None = None
         self.floor: int | None = None  # our own peak RSS when the first task started
+        self.pids: list[int] = []  # the tasks' processes at the latest sample (sstat -i)
 
     def follow_cgroup(self, step) -> None:
         """Tasks run in cgroups: ``step`` is their confine.StepCgroup (``pids(k)``,
@@ -303,6 +305,7 @@ class StepSampler:
             by_task = {t.local: sessions.get(t.pid, []) for t in live}
         for t in live:
             t.absorb(by_task[t.local], now)
+        self.pids = sorted({p.pid for procs in by_task.values() for p in procs})
         if self.gpus:
             _gpu_sample(self.gpus, live, by_task)
         self.sampled_at = int(now)
@@ -320,19 +323,23 @@ class StepSampler:
         self.live.discard(local)
         if not self.live:
             self.next_due = None
+            self.pids = []
 
     def report(self) -> dict:
-        """What the node reports for this step: one record per task."""
+        """What the node reports for this step: one record per task. The final figures
+        (status.json, stored with the step) are this; process ids are not part of them."""
         return {"time": self.sampled_at or int(self.clock()),
                 "tasks": [t.record() for t in self.tasks]}
 
     def write(self, spool: str) -> None:
-        """``usage.json`` in the spool (atomic: the agent reads the old or the new one)."""
+        """``usage.json`` in the spool (atomic: the agent reads the old or the new one): the
+        report plus ``pids``, the processes seen by this sample — live only, since a pid
+        means nothing once the step has ended (and may belong to another process by then)."""
         path = os.path.join(spool, "usage.json")
         tmp = path + ".tmp"
         try:
             with open(tmp, "w") as fh:
-                json.dump(self.report(), fh)
+                json.dump({**self.report(), "pids": self.pids}, fh)
             os.replace(tmp, path)
         except OSError:
             pass
@@ -410,7 +417,9 @@ def _indices(text: str | None) -> list[int]:
 class UsageForwarder:
     """The agent's side: which running steps have a ``usage.json`` newer than the one last
     sent, as ``step_usage`` messages for the controller. One ``stat`` per running step per
-    call; a file is read only when it changed. Forgets steps that are no longer running."""
+    call; a file is read only when it changed. Forgets steps that are no longer running.
+    The file's ``pids`` travel beside the figures (the message's typed ``pids`` field), not
+    inside ``usage``, which keeps the shape of the final report."""
 
     def __init__(self):
         self.sent: dict[str, int] = {}  # spool dir -> mtime_ns of the usage.json last sent
@@ -431,8 +440,9 @@ class UsageForwarder:
             except (OSError, ValueError):
                 continue
             self.sent[d] = mtime
+            pids = usage.pop("pids", None) if isinstance(usage, dict) else None
             out.append({"op": "step_usage", "job_id": job_id, "run": run, "step_id": step_id,
-                        "node": node, "usage": usage})
+                        "node": node, "usage": usage, "pids": pids or []})
         for d in [d for d in self.sent if d not in seen]:
             del self.sent[d]
         return out

@@ -30,11 +30,11 @@ import struct
 import termios
 import time
 
-from muster.agent import acctgather, confine, taskprolog
+from muster.agent import acctgather, confine, oci, taskprolog
 from muster.agent.cgroup import CgroupError
 from muster.agent.supervisor import _AsUser, forked_main, user_open, write_json_atomic
 from muster.agent.workdir import WORKDIR, workdir_args
-from muster.common import cpubind
+from muster.common import cpubind, rlimits
 from muster.common import iostream as io
 from muster.common.linkauth import (HANDSHAKE_TIMEOUT, PRE_AUTH_MAX_FRAME, Initiator,
                                      LinkAuthError, Sealer)
@@ -57,7 +57,7 @@ class _Task:
     bytes the master has not taken yet."""
 
     __slots__ = ("tid", "local", "pid", "pidfd", "out", "err", "inp", "status", "sig", "tty",
-                 "feed", "oom")
+                 "feed", "oom", "report", "launch_error")
     pid: int | None     # set when started (with pidfd)
     pidfd: int | None
     out: int | None     # pipe/pty fds, None once closed
@@ -73,6 +73,8 @@ class _Task:
         self.tty = False
         self.feed = bytearray()
         self.oom = False  # the OOM killer took a process of this task (its cgroup says so)
+        self.report: oci.LaunchReport | None = None  # a container task's launch report channel
+        self.launch_error: str | None = None  # its container could not start: why
 
 
 class _StepD:
@@ -153,8 +155,11 @@ class _StepD:
         self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
         self._deliver_signals()  # any queued before super.pid existed (no SIGUSR2 for them)
         self._loop()
-        epilog_errors = [why for t in self.tasks if (why := taskprolog.run_task_epilog(
-            self.L, task_env(self.L["env"], self.L, t.local, t.tid), t.pid, self.L["cwd"]))]
+        # srun's --task-epilog first, then slurm.conf's TaskEpilog, as slurmstepd orders them
+        epilog_errors = [why for t in self.tasks for key in ("user_task_epilog", "task_epilog")
+                         if (why := taskprolog.run_task_epilog(
+                             self.L, task_env(self.L["env"], self.L, t.local, t.tid), t.pid,
+                             self.L["cwd"], key))]
         status = {"job_id": self.L["job_id"], "step_id": self.L["step_id"], "run": self.L.get("run", 0),
                   "node": self.node, "tasks": [{"task": t.tid, "exit_code": t.status or 0,
                                                 "signal": t.sig} for t in self.tasks],
@@ -166,6 +171,10 @@ class _StepD:
             status["usage"] = self.acct.report()
         if epilog_errors:
             status["task_epilog_error"] = epilog_errors[0]  # a TaskEpilog failure is only reported
+        failed = [t for t in self.tasks if t.launch_error]
+        if failed:  # a container that could not start: the step's record says why
+            status["launch_failed"] = True
+            status["launch_error"] = f"task {failed[0].tid}: {failed[0].launch_error}"
         write_json_atomic(os.path.join(self.spool, "status.json"), status)
 
     def _connect(self) -> None:
@@ -243,10 +252,8 @@ class _StepD:
             self._send(io.pack(io.STDERR, t.tid, f"slurmstepd-{self.node}: error: "
                                                  f"{self.cg_error}\n".encode()))
             pid, out_r, err_r, in_w = None, None, None, None
-        elif L.get("pty") and t.tid == 0:
-            pid, out_r, err_r, in_w = self._start_on_pty(t, env)
         else:
-            pid, out_r, err_r, in_w = self._start_on_pipes(t, env)
+            pid, out_r, err_r, in_w = self._start(t, env)
         if self.acct is not None:
             self.acct.add(t.tid, pid)
         if pid is None:  # could not even start the wrapper: report the task as failed
@@ -267,6 +274,19 @@ class _StepD:
         t.inp = in_w
         self.tasks.append(t)
 
+    def _start(self, t: _Task, env: dict):
+        """Start the task on a pty (task 0 of ``--pty``) or on pipes: what those return. A
+        container task gets its launch report channel (oci.LaunchReport), read once reaped."""
+        if oci.wanted(env):
+            t.report = oci.LaunchReport.make()
+        try:
+            if self.L.get("pty") and t.tid == 0:
+                return self._start_on_pty(t, env)
+            return self._start_on_pipes(t, env)
+        finally:
+            if t.report is not None:
+                t.report.started()  # the task has its copy of the write end, or never started
+
     def _task_files(self, t: _Task) -> dict:
         """The task's -o/-e/-i files, expanded. In a --pty step every task but task 0 (which has
         the pty) gets /dev/null for all three, as with Slurm."""
@@ -276,6 +296,11 @@ class _StepD:
         files = {}
         for key in ("output", "error", "input"):
             pat = L.get(key)
+            only = L.get(f"{key}_task")
+            if key == "error" and only is None and not pat:
+                only = L.get("output_task")  # stderr follows -o N unless -e says otherwise
+            if only is not None and only != t.tid:
+                pat = "/dev/null"  # -o/-e N: only task N's stream goes to srun
             if pat:
                 files[key] = expand_pattern(pat, job_id=L["job_id"], array_job_id=L.get("array_job_id"),
                                             array_task_id=L.get("array_task_id"), user=L["user"],
@@ -298,7 +323,8 @@ class _StepD:
         wants_stdin = "input" not in files and (target == "all" or target == t.tid)
         if wants_stdin:
             in_r, in_w = os.pipe()
-        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node, step=self.cg)
+        pid = _start_task(L, env, files, out_w, err_w, in_r, self.node, step=self.cg,
+                          report=t.report)
         for fd in (out_w, err_w, in_r):
             if fd is not None:
                 os.close(fd)
@@ -327,7 +353,7 @@ class _StepD:
             _set_winsize(master, _env_size(env, "SLURM_PTY_WIN_ROW"),
                          _env_size(env, "SLURM_PTY_WIN_COL"))
             pid = _start_task(self.L, env, {}, slave, slave, slave, self.node, ctty=True,
-                              step=self.cg)
+                              step=self.cg, report=t.report)
         except OSError as exc:
             os.write(slave, f"slurmstepd-{self.node}: error: {exc}\r\n".encode())
             pid = None
@@ -549,6 +575,9 @@ class _StepD:
         else:
             t.status = os.WEXITSTATUS(ws)
         t.oom = self.cg is not None and self.cg.oom_kills(t.local) > 0
+        if t.report is not None:
+            t.launch_error = t.report.reason(t.status, t.sig)
+            t.report = None
         if t.inp is not None:
             os.close(t.inp)
             t.inp = None
@@ -556,9 +585,11 @@ class _StepD:
 
     def _maybe_exit_frame(self, t: _Task) -> None:
         if t.status is not None and t.out is None and t.err is None:
-            exit_ = {"exit_code": t.status, "signal": t.sig}
+            exit_: dict[str, int | bool | str] = {"exit_code": t.status, "signal": t.sig}
             if t.oom:
                 exit_["oom"] = True  # srun says "Out Of Memory"
+            if t.launch_error:
+                exit_["launch_error"] = t.launch_error  # srun says "task N launch failed: ..."
             self._send(io.pack(io.EXIT, t.tid, json.dumps(exit_).encode()))
 
     def _from_srun(self) -> None:
@@ -639,6 +670,10 @@ class _StepD:
         if isinstance(sig, bool) or not isinstance(sig, int) or not 0 < sig < 65:
             raise ValueError("bad signal frame")
         if sig == signal.SIGKILL and self.why is None:
+            if msg.get("abort") is True:  # srun -W gives up on the step: SIGKILL, no SIGTERM
+                for t in self.tasks:
+                    if t.status is None:
+                        _killpg(t.pid, signal.SIGKILL)
             self._begin_kill("cancel")
         for t in self.tasks:
             if t.status is None:
@@ -805,12 +840,14 @@ _PTY_TASK_WRAPPER = 'command : 2>/dev/null </proc/self/fd/0; ' + _TASK_WRAPPER
 
 
 def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
-                ctty: bool = False, step: confine.StepCgroup | None = None) -> int | None:
+                ctty: bool = False, step: confine.StepCgroup | None = None,
+                report: oci.LaunchReport | None = None) -> int | None:
     """Start one task as the job's user. Its -o/-e/-i files are opened with the user's ids
     (supervisor.user_open: no controlling tty, no blocking on a FIFO); the working directory
     is entered by the task's wrapper after the identity switch. ``ctty``: its stdin is a
     pty slave, to become its controlling terminal (_PTY_TASK_WRAPPER). ``step``: the step's
-    cgroup, which the task is born in (confine.born_confined)."""
+    cgroup, which the task is born in (confine.born_confined). ``report``: a container
+    task's launch report channel, whose write end its runner inherits."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     # relative -o/-e/-i names are relative to the step's working directory (the task's cwd)
@@ -842,11 +879,15 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
             kw = {"user": uid, "group": gid, "extra_groups": groups}
         elif os.getuid() not in (0, uid):
             raise PermissionError("agent cannot switch to the job's user")
-        argv = L["argv"]
-        wrapper = taskprolog.with_task_prolog(_PTY_TASK_WRAPPER if ctty else _TASK_WRAPPER,
-                                              L.get("task_prolog"))
-        bind, per_task = _bind_plan(L)
         local = int(env.get("SLURM_LOCALID", 0))
+        argv = L["task_argv"][local] if L.get("task_argv") else L["argv"]  # --multi-prog
+        keep: tuple[int, ...] = ()
+        if oci.wanted(env):  # the user's runner starts the container (muster.agent.oci)
+            argv = oci.task_argv(argv, L.get("conf_dir"))
+            if report is not None:
+                env, keep = report.env(env), report.fds
+        wrapper = _wrapper(L, node, ctty)
+        bind, per_task = _bind_plan(L)
         cpus = per_task[local % len(per_task)] if per_task else None
         with confine.born_confined(step, local), \
                 _Bound(cpus, lambda m: _say(err_w if err_w is not None else out_w, node, m)) as b:
@@ -854,7 +895,7 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
                                      *workdir_args(L["cwd"], env), *argv[1:]], stdin=in_r,
                                     stdout=out_w, stderr=err_w, cwd="/", env=env,
                                     start_new_session=True, umask=L.get("umask", 0o022),
-                                    close_fds=True, **kw)
+                                    close_fds=True, pass_fds=keep, **kw)
         if bind is not None and bind.verbose:
             shown = bind if b.old is not None or bind.kind == "none" else cpubind.CpuBind("none")
             _say(err_w if err_w is not None else out_w, None, cpubind.verbose_line(
@@ -873,6 +914,22 @@ def _start_task(L: dict, env: dict, files: dict, out_w, err_w, in_r, node: str,
             os.close(fd)
     proc.returncode = 0  # reaped through the pidfd by the step daemon
     return proc.pid
+
+
+def _wrapper(L: dict, node: str, ctty: bool) -> str:
+    """The task's wrapper shell: srun's soft limits first (set by the user's own shell, so
+    never above the node's hard limits: common.rlimits), then the working directory,
+    slurm.conf's TaskProlog and srun's --task-prolog, and the exec of the command."""
+    wrapper = taskprolog.with_task_prolog(_PTY_TASK_WRAPPER if ctty else _TASK_WRAPPER,
+                                          L.get("task_prolog"))
+    wrapper = taskprolog.with_user_task_prolog(wrapper, L.get("user_task_prolog"), node)
+    limits = rlimits.clean(L.get("rlimits"))
+    if not limits:
+        return wrapper
+    if "_node_hard" not in L:
+        L["_node_hard"] = rlimits.node_hard()  # once per step daemon
+    explicit = frozenset(n for n in L.get("rlimits_explicit") or () if isinstance(n, str))
+    return rlimits.shell_lines(limits, L["_node_hard"], explicit, node) + wrapper
 
 
 def _say(fd: int | None, node: str | None, text: str) -> None:

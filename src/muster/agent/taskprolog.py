@@ -41,7 +41,7 @@ _SNIPPET = (
     '_muster_o=$(SLURM_SCRIPT_CONTEXT=prolog_task {path} </dev/null 2>/dev/null); '
     '_muster_r=$?; '
     'if [ "$_muster_r" -ne 0 ]; then '
-    'printf "slurmstepd: error: TaskProlog failed status=%s\\n" "$_muster_r" >&2; '
+    'printf "{who} failed status=%s\\n" "$_muster_r" >&2; '
     'exit "$_muster_r"; fi; '
     'while IFS= read -r _muster_l; do case $_muster_l in '
     '"print "*) _muster_l=${{_muster_l#print }}; '
@@ -62,15 +62,45 @@ _SNIPPET = (
     'unset _muster_o _muster_r _muster_l _muster_n; ')
 
 
-def with_task_prolog(wrapper: str, path: str | None) -> str:
+def with_task_prolog(wrapper: str, path: str | None,
+                     who: str = "slurmstepd: error: TaskProlog") -> str:
     """``wrapper`` (a task wrapper ending in ``exec "$0" "$@"``) running TaskProlog ``path``
-    right before that exec; unchanged when there is none."""
+    right before that exec; unchanged when there is none. ``who`` starts the line that
+    reports its failure."""
     if not path:
         return wrapper
     head, sep, tail = wrapper.rpartition(EXEC)
     if not sep or tail:
         raise ValueError("task wrapper does not end with the command's exec")
-    return head + _SNIPPET.format(path=shlex.quote(path), b=_BLANKS) + EXEC
+    return head + _SNIPPET.format(path=shlex.quote(path), b=_BLANKS, who=who) + EXEC
+
+
+# srun --task-prolog's path is the user's: checked (as the user, in the wrapper) the way
+# slurmstepd's run_command does before it runs it; {p} the quoted path, {n} "slurmstepd-NODE"
+_USER_CHECK = (
+    '_muster_p={p}; _muster_w=; case $_muster_p in /*) '
+    '[ -f "$_muster_p" ] && [ -x "$_muster_p" ] || {{ [ -e "$_muster_p" ] && '
+    '_muster_w="Permission denied" || _muster_w="No such file or directory"; '
+    '_muster_w="can not be executed ($_muster_p) $_muster_w"; }};; '
+    '*) _muster_w="is not fully qualified pathname ($_muster_p)";; esac; '
+    'if [ -n "$_muster_w" ]; then printf "%s\n" '
+    '"{n}: error: run_command: user task_prolog $_muster_w" '
+    '"{n}: error: user task_prolog did not exit normally. reason: Run command failed - '
+    'configuration error" "{n}: error: --task-prolog failed status=1" >&2; exit 1; fi; '
+    'unset _muster_p _muster_w; ')
+
+
+def with_user_task_prolog(wrapper: str, path: str | None, node: str) -> str:
+    """``wrapper`` running srun's ``--task-prolog`` ``path`` (after slurm.conf's TaskProlog,
+    as Slurm orders them), with TaskProlog's output rules: it is the user's own program,
+    run as the user like the task. A path that is not absolute, or not an executable file,
+    fails the task with status 1 and Slurm's three error lines."""
+    if not path:
+        return wrapper
+    name = "slurmstepd-" + "".join(c for c in node if c.isalnum() or c in "-_.")
+    head, _, _ = wrapper.rpartition(EXEC)
+    checked = head + _USER_CHECK.format(p=shlex.quote(path), n=name) + EXEC
+    return with_task_prolog(checked, path, f"{name}: error: --task-prolog")
 
 
 # The TaskEpilog's wrapper: $0 the program, $1-$3 workdir.WORKDIR's arguments.
@@ -79,13 +109,17 @@ def _epilog_argv(path: str, work_dir: str, env: dict) -> list[str]:
     return ["/bin/sh", "-c", WORKDIR + 'exec "$0"', path, *workdir_args(work_dir, env)]
 
 
-def run_task_epilog(L: dict, env: dict, task_pid: int | None, work_dir: str) -> str | None:
-    """Run the launch's TaskEpilog for one ended task and wait for it (at most the launch's
-    ``task_epilog_timeout`` seconds, then its process group is killed). Returns a line saying
-    what went wrong, or None. Never raises: a TaskEpilog cannot fail the job."""
-    path = L.get("task_epilog")
+def run_task_epilog(L: dict, env: dict, task_pid: int | None, work_dir: str,
+                    key: str = "task_epilog") -> str | None:
+    """Run the launch's TaskEpilog (``key``: ``user_task_epilog`` for srun's --task-epilog,
+    the user's own program, run the same way) for one ended task and wait for it (at most the
+    launch's ``task_epilog_timeout`` seconds, then its process group is killed). Returns a
+    line saying what went wrong, or None. Never raises: a TaskEpilog cannot fail the job."""
+    path = L.get(key)
     if not path:
         return None
+    if not path.startswith("/"):
+        return f"run_command: user task_epilog is not fully qualified pathname ({path})"
     env = {**env, "SLURM_SCRIPT_CONTEXT": "epilog_task"}
     if task_pid:
         env["SLURM_TASK_PID"] = str(task_pid)

@@ -11,7 +11,7 @@ import _socket
 import os
 import sys
 
-from muster.common import wire
+from muster.common import requestid, wire
 from muster.common.errors import MusterError, RequestError, TransportError, from_wire
 
 
@@ -58,25 +58,69 @@ def _scan_conf(path: str, keys: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def socket_path() -> str:
-    env = os.environ.get("MUSTER_SOCKET")
-    if env:
-        return env
+_CONF_CACHE: dict[str, dict[str, str]] = {}
+
+
+def _conf_values() -> dict[str, str]:
+    """The keys the client reads from slurm.conf (one scan per process and config path)."""
     path = config_path()
     if not path:
         raise TransportError("Unable to contact slurm controller (no Muster configuration found; "
                              "run `muster up` or set MUSTER_CONF)")
-    vals = _scan_conf(path, ("statesavelocation",))
-    base = vals.get("statesavelocation") or "/var/spool"
-    return os.path.join(base, "musterctld.sock")
+    got = _CONF_CACHE.get(path)
+    if got is None:
+        got = _CONF_CACHE[path] = _scan_conf(path, ("statesavelocation", "musterclientretry"))
+    return got
 
 
-def _connect(path: str):
-    """Connect to the Unix socket; a full listen queue (EAGAIN: a burst of clients) is
-    retried with back-off until TIMEOUT, anything else is a connect failure."""
+def socket_paths() -> list[str]:
+    """The controllers' Unix sockets, in the order to try them: ``$MUSTER_SOCKET`` (several
+    paths separated by ``:``), else the socket in StateSaveLocation. Controllers that share
+    a StateSaveLocation (SlurmctldHost primary and standby) serve the same path, so one path
+    covers them all; whichever is active answers on it."""
+    env = os.environ.get("MUSTER_SOCKET")
+    if env:
+        paths = [p for p in env.split(os.pathsep) if p]
+        if paths:
+            return paths
+    base = _conf_values().get("statesavelocation") or "/var/spool"
+    return [os.path.join(base, "musterctld.sock")]
+
+
+def socket_path() -> str:
+    return socket_paths()[0]
+
+
+def retry_budget() -> float:
+    """Seconds a command keeps trying to reach a controller that refuses connections or drops
+    them before replying (a restart, a fail-over): ``$MUSTER_CLIENT_RETRY``, else
+    ``MusterClientRetry=`` in slurm.conf, else RETRY_DEFAULT. 0 turns retrying off."""
+    raw = os.environ.get("MUSTER_CLIENT_RETRY")
+    if raw is None:
+        try:
+            raw = _conf_values().get("musterclientretry")
+        except TransportError:
+            raw = None
+    try:
+        v = float(raw) if raw is not None else RETRY_DEFAULT
+    except ValueError:
+        return RETRY_DEFAULT
+    return v if 0 <= v < float("inf") else RETRY_DEFAULT
+
+
+RETRY_DEFAULT = 60.0
+
+
+class _Retry(Exception):
+    """The controller could not be reached, or went away before replying: try again."""
+
+
+def _connect(path: str, deadline: float):
+    """Connect to the Unix socket. A full listen queue (EAGAIN: a burst of clients) is
+    retried here with back-off until ``deadline``; a refused or missing socket (a controller
+    restarting) raises _Retry, for the caller to try the next controller."""
     import errno
     import time
-    deadline = time.monotonic() + TIMEOUT
     delay = 0.005
     while True:
         # _socket, not socket: the wrapper module costs ~5 ms of start-up (enum, selectors)
@@ -88,34 +132,99 @@ def _connect(path: str):
         except OSError as exc:
             s.close()
             if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK) or time.monotonic() > deadline:
-                raise TransportError() from None
+                raise _Retry() from None
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
 
 
-def call(msg: dict) -> dict:
-    """Send one request; return the reply or raise the MusterError it describes."""
+def _exchange(path: str, data: bytes, deadline: float) -> dict:
+    """One request on a fresh connection. _Retry when it could not be delivered or the
+    connection ended before the reply (the controller may or may not have acted: the request
+    id makes a retry safe); TransportError for what retrying cannot fix."""
+    s = _connect(path, deadline)
+    try:
+        s.sendall(data)
+        reply = wire.recv_frame(s)
+    except TimeoutError as exc:  # a controller that is up but does not answer: no resend
+        raise TransportError(f"Unable to contact slurm controller ({exc})") from None
+    except OSError:
+        raise _Retry() from None
+    except wire.FrameError as exc:
+        if str(exc).startswith("connection closed"):
+            raise _Retry() from None
+        raise TransportError(f"Unable to contact slurm controller ({exc})") from None
+    finally:
+        s.close()
+    if reply.get("code") == "in_standby_mode":
+        raise _Retry()  # a standby, or a leader deposed before it committed: try another
+    return reply
+
+
+def _request(data: bytes, budget: float) -> dict:
+    """Deliver ``data`` to the first controller that answers, trying each in turn with
+    back-off (50 ms doubling to 1 s) until ``budget`` seconds have passed. Like Slurm's
+    commands, silent while it tries; the final error is the caller's to print."""
+    import time
+    paths = socket_paths()
+    deadline = time.monotonic() + budget
+    delay = 0.05
+    while True:
+        for path in paths:
+            try:
+                return _exchange(path, data, deadline)
+            except _Retry:
+                continue
+        if time.monotonic() + delay > deadline:
+            raise TransportError()
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+def call(msg: dict, retry: float | None = None) -> dict:
+    """Send one request; return the reply or raise the MusterError it describes. ``retry``:
+    seconds to keep trying an unreachable controller (default retry_budget(); a ``ping`` is a
+    probe and tries once). A request that changes state carries a request id
+    (muster.common.requestid), the same on every retry, so a retry after a restart is
+    answered, not executed twice."""
+    if "rid" not in msg and requestid.changes_state(msg):
+        msg = {**msg, "rid": requestid.new_rid()}
     try:
         data = wire.encode(msg)
     except wire.FrameError:
         raise RequestError(None, "too_large") from None
     except (TypeError, ValueError) as exc:
         raise RequestError(f"Invalid request: {exc}", "invalid_request") from None
-    path = socket_path()
-    s = _connect(path)
-    try:
-        s.sendall(data)
-        reply = wire.recv_frame(s)
-    except (OSError, wire.FrameError) as exc:
-        raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-    finally:
-        s.close()
+    if retry is None:
+        retry = 0.0 if msg.get("op") == "ping" else retry_budget()
+    reply = _request(data, retry)
     if not reply.get("ok"):
         err = from_wire(reply)
         if isinstance(reply.get("detail"), str):
             err.detail = reply["detail"]
         raise err
     return reply
+
+
+def check_clusters(prog: str, arg: str | None) -> None:
+    """``-M/--cluster(s)``: Muster answers for its own cluster (ClusterName) only, which
+    ``all`` includes. Each other name of the list is reported as slurmdbd's unknown cluster;
+    when none is left, the command ends as Slurm's does (exit 1). No federation or database
+    of clusters: the name is checked against the controller's own."""
+    if arg is None:
+        return
+    reply = call({"op": "config"})
+    mine = next((str(v) for k, v in reply["config"] if k == "ClusterName"), "")
+    names = arg.split(",")
+    if "all" in (n.lower() for n in names):
+        return
+    for name in names:
+        if name != mine:
+            sys.stderr.write(f"{prog}: error: No cluster '{name}' known by database.\n")
+    if mine not in names:
+        from muster.cli.getopt import CliExit
+        raise CliExit([f"{prog}: error: '{arg}' can't be reached now, or it is an invalid "
+                       "entry for --cluster.  Use 'sacctmgr list clusters' to see available "
+                       "clusters."], 1)
 
 
 def die(prog: str, text: str, code: int = 1) -> None:
@@ -129,6 +238,8 @@ def run_main(prog: str, fn) -> None:
     try:
         code = fn()
     except CliExit as exc:
+        if getattr(exc, "stdout", ""):  # --help/--usage/--version (getopt.InfoExit)
+            sys.stdout.write(exc.stdout)
         text = exc.render() if hasattr(exc, "render") else "\n".join(exc.lines)
         if text:
             sys.stderr.write(text if text.endswith("\n") else text + "\n")

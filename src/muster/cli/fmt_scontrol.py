@@ -4,7 +4,7 @@
 ``Key=Value`` lines of a record with single spaces."""
 from __future__ import annotations
 
-from muster.common.hostlist import compress
+from muster.common.hostlist import compress, int_ranges
 from muster.common.units import fmt_mem
 from muster.common.timefmt import fmt_duration_long, fmt_iso, fmt_limit_long
 
@@ -60,16 +60,7 @@ def _detail_lines(j):
 
 
 def compress_ints(vals) -> str:
-    vals = sorted(vals)
-    parts = []
-    i = 0
-    while i < len(vals):
-        k = i
-        while k + 1 < len(vals) and vals[k + 1] == vals[k] + 1:
-            k += 1
-        parts.append(str(vals[i]) if i == k else f"{vals[i]}-{vals[k]}")
-        i = k + 1
-    return ",".join(parts)
+    return int_ranges(vals)
 
 
 def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False) -> str:
@@ -137,13 +128,16 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
     if details and j.get("alloc"):
         lines += _detail_lines(j)
     lines += [
-        f"   MinCPUsNode={min_cpus} {mem_line} MinTmpDiskNode=0",
+        f"   MinCPUsNode={min_cpus} {mem_line} "
+        f"MinTmpDiskNode={_mem(j['min_tmp_disk']) if j.get('min_tmp_disk') else 0}",
         f"   Features={_n(j.get('features'))} DelayBoot=00:00:00",
         f"   OverSubscribe={'NO' if j.get('exclusive') else 'OK'} "
         f"Contiguous={1 if j.get('contiguous') else 0} Licenses=(null) Network=(null)",
         f"   Command={_n(j.get('command'))}",
         f"   WorkDir={j.get('work_dir', '')}",
     ]
+    if j.get("system_comment"):  # why the run could not launch (a container that did not start)
+        lines.append(f"   SystemComment={j['system_comment']} ")
     if j.get("comment"):
         lines.append(f"   Comment={j['comment']} ")
     if j.get("wckey"):
@@ -152,6 +146,12 @@ def show_job(job: dict, now: int, one_liner: bool = False, details: bool = False
         f"   StdErr={j.get('std_err') or ''}",
         f"   StdIn={j.get('std_in') or '/dev/null'}",
         f"   StdOut={j.get('std_out') or ''}",
+    ]
+    if j.get("req_switch"):  # --switches=N[@wait]: the wait shown is the one that applies
+        wait = j.get("wait4switch")
+        lines.append(f"   Switches={j['req_switch']}@"
+                     f"{fmt_duration_long(300 if wait is None else wait)}")
+    lines += [
         "   Power=",
     ]
     if j.get("tres_per_node"):

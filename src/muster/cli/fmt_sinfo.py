@@ -287,8 +287,9 @@ def render(partitions: list[dict], nodes: list[dict], *, fmt: str | None = None,
            fmt_long: str | None = None, node_oriented: bool = False, long: bool = False,
            summarize: bool = False, reasons: bool = False, noheader: bool = False,
            now: int = 0, partition_filter=None, node_filter=None,
-           state_filter=None) -> str:
-    """Return sinfo's output.  ``partition_filter``: iterable of partition names;
+           state_filter=None, hidden: bool = False) -> str:
+    """Return sinfo's output.  ``hidden`` (-a; --hide, the default, clears it): hidden
+    partitions are shown too.  ``partition_filter``: iterable of partition names;
     ``node_filter``: hostlist string or iterable of node names; ``state_filter``: iterable
     of lower-case state names (short or long, with or without the ``*``-style suffix) or
     a callable(node) -> bool.  Unknown ``-O`` name -> ValueError(name)."""
@@ -304,7 +305,7 @@ def render(partitions: list[dict], nodes: list[dict], *, fmt: str | None = None,
             fmt = LONG_FORMAT if long else DEFAULT_FORMAT
     fields, tail, titles = _fields(fmt, fmt_long)
 
-    parts = [p for p in partitions if not p.get("hidden")]
+    parts = [p for p in partitions if hidden or not p.get("hidden")]
     if partition_filter is not None:
         pf = set(partition_filter)
         parts = [p for p in partitions if p["name"] in pf]

@@ -54,8 +54,13 @@ def parse_states(s: str) -> set[str]:
 
 
 # ---------------------------------------------------------------------------- values
+# squeue --noconvert: sizes stay in megabytes (2048M, not 2G). Set by squeue before it
+# renders, once per process.
+CONVERT_UNITS = True
+
+
 def _mem(mb):
-    return fmt_mem(mb)
+    return fmt_mem(mb) if CONVERT_UNITS else f"{int(mb)}M"
 
 
 def job_id_str(j: dict) -> str:
@@ -430,14 +435,119 @@ def render(jobs: list[dict], *, fmt: str | None = None, fmt_long: str | None = N
     return "".join(line + "\n" for line in lines)
 
 
-def render_steps(steps: list[dict], *, fmt: str | None = None, noheader: bool = False,
-                 now: int) -> str:
-    """``squeue -s``: running steps (the controller's ``steps`` records, in its order: by
-    job, the batch step first) through the job codes, ``%i`` being the step id (STEPID)."""
+# Step ids sort as slurmctld numbers them: srun steps 0, 1, ..., then the batch step
+# (SLURM_BATCH_SCRIPT) and the extern step (SLURM_EXTERN_CONT), both near 2**32.
+_STEP_RANK = {"batch": 0xFFFFFFFB, "extern": 0xFFFFFFFC}
+
+
+def _step_num(s: dict) -> int:
+    sid = str(s.get("step_id"))
+    return _STEP_RANK.get(sid, int(sid) if sid.isdigit() else 0xFFFFFFFF)
+
+
+def _step_time(s: dict, now: int) -> str:
+    return fmt_duration(max(0, now - s["start_time"]) if s.get("start_time") else 0)
+
+
+# squeue -s: the step records' codes (-o) and names (-O); every other code or name is
+# refused one by one on stderr, as squeue does, and the rest is printed
+_STEP_CODES = {
+    "A": ("TASKS", lambda s, n: str(s.get("num_tasks", 0))),
+    "b": ("TRES_PER_JOB", lambda s, n: s.get("tres_per_node") or "(null)"),
+    "i": ("STEPID", lambda s, n: s["step_str"]),
+    "j": ("NAME", lambda s, n: s.get("name") or ""),
+    "l": ("TIME_LIMIT", lambda s, n: fmt_limit(s.get("time_limit"))),
+    "M": ("TIME", _step_time),
+    "N": ("NODELIST", lambda s, n: s.get("node_list") or ""),
+    "P": ("PARTITION", lambda s, n: s.get("partition") or ""),
+    "S": ("START_TIME", lambda s, n: fmt_iso(s.get("start_time"), unset="N/A")),
+    "U": ("UID", lambda s, n: str(s.get("uid", ""))),
+    "u": ("USER", lambda s, n: s.get("user") or str(s.get("uid", ""))),
+}
+_STEP_LONG = {
+    "stepid": _STEP_CODES["i"], "stepname": _STEP_CODES["j"],
+    "partition": _STEP_CODES["P"], "username": _STEP_CODES["u"],
+    "userid": _STEP_CODES["U"], "timeused": _STEP_CODES["M"],
+    "timelimit": _STEP_CODES["l"], "starttime": _STEP_CODES["S"],
+    "nodes": _STEP_CODES["N"], "numtasks": _STEP_CODES["A"],
+    "tres-per-node": _STEP_CODES["b"],
+    "numcpus": ("NUM_CPUS", lambda s, n: str(s.get("num_cpus", 0))),
+    "jobid": ("JOB_ID", lambda s, n: str(s["job_id"])),
+    "arrayjobid": ("ARRAY_JOB_ID", lambda s, n: str(s.get("array_job_id") or 0)),
+    "arraytaskid": ("ARRAY_TASK_ID", lambda s, n: str(
+        s["array_task_id"] if s.get("array_task_id") is not None else 4294967294)),
+    "stepstate": ("STATE", lambda s, n: s.get("state") or ""),
+    "resvports": ("RESERVED_PORTS", lambda s, n: s.get("resv_ports") or "(null)"),
+    "network": ("NETWORK", lambda s, n: "(null)"),
+    "cluster": ("CLUSTER", lambda s, n: s.get("cluster") or ""),
+}
+
+
+def _literal(text: str):
+    """A getter printing ``text`` for every step (a code squeue -s refuses stays as written)."""
+    return lambda s, n: text
+
+
+def _step_fields(fmt: str | None, fmt_long: str | None, errors: list[str]):
+    """(fields, tail, titles, getters) of a step format; each unknown code or name is
+    appended to ``errors`` (a -o code stays in the line as its literal text)."""
+    if fmt_long is not None:
+        fields = []
+        for item in fmt_long.split(","):
+            name = item.partition(":")[0].strip()
+            if not name:
+                continue
+            if name.lower() not in _STEP_LONG:
+                errors.append(name)
+                continue
+            fields += parse_format_long(item, {name.lower(): name.lower()})
+        return (fields, "", [_STEP_LONG[f.code][0] for f in fields],
+                [_STEP_LONG[f.code][1] for f in fields])
+    fields, tail = parse_format(fmt or STEP_FORMAT)
+    titles, getters = [], []
+    for f in fields:
+        if f.code in _STEP_CODES:
+            title, get = _STEP_CODES[f.code]
+        else:
+            errors.append(f.code)
+            lit = "%" + ("." if f.right else "") + (str(f.width) if f.width else "") + f.code
+            title, get, f.width = lit, _literal(lit), None
+        titles.append(title)
+        getters.append(get)
+    return fields, tail, titles, getters
+
+
+def sort_steps(steps: list[dict], sort: str | None = None) -> list[dict]:
+    """squeue's step order: ``-S`` (``i`` step id, ``P`` partition, ``u`` user, ``j`` name,
+    ``N`` nodes, ``M``/``S`` start; ``-`` descending), default partition then step id (the
+    job's own id, an array task's included, then the step number: srun steps before the
+    batch step)."""
+    def by_id(s: dict):
+        return (s["job_id"], _step_num(s))
+    keys = {"i": by_id, "P": lambda s: s.get("partition") or "", "u": lambda s: s.get("user") or "",
+            "j": lambda s: s.get("name") or "", "N": lambda s: s.get("node_list") or "",
+            "S": lambda s: s.get("start_time") or 0, "M": lambda s: -(s.get("start_time") or 0)}
+    out = sorted(steps, key=by_id)
+    for k in reversed([k.strip() for k in (sort or "P,i").split(",") if k.strip()]):
+        rev = k[0] == "-"
+        fn = keys.get(k.lstrip("+-"))
+        if fn is None:
+            raise ValueError(k.lstrip("+-"))
+        out = sorted(out, key=fn, reverse=rev)
+    return out
+
+
+def render_steps(steps: list[dict], *, fmt: str | None = None, fmt_long: str | None = None,
+                 noheader: bool = False, now: int, sort: str | None = None,
+                 errors: list[str] | None = None) -> str:
+    """``squeue -s``: the controller's ``steps`` records (docs/records.md) in squeue's step
+    format (default ``%.15i %.8j %.9P %.8u %.9M %N``), sorted by :func:`sort_steps`.
+    Unknown codes/names go to ``errors`` (the caller reports them); an unknown sort key
+    raises ValueError."""
     from muster.cli.fmt_scontrol import step_id_str
-    fields, tail, titles, getters = _fields(fmt or STEP_FORMAT, None)
-    titles = ["STEPID" if f.code == "i" else t for f, t in zip(fields, titles)]
-    rows = [[g({**s, "job_id": step_id_str(s), "array_job_id": None, "array_task_id": None}, now)
-             for g in getters] for s in steps]
+    errs = [] if errors is None else errors
+    fields, tail, titles, getters = _step_fields(fmt, fmt_long, errs)
+    recs = [{**s, "step_str": step_id_str(s)} for s in sort_steps(steps, sort)]
+    rows = [[g(s, now) for g in getters] for s in recs]
     return "".join(line + "\n" for line in render_table(fields, tail, titles, rows,
                                                           show_header=not noheader))

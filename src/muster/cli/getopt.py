@@ -24,11 +24,12 @@ Public API
     NO_ARG, REQUIRED, OPTIONAL            argument kinds
     OptSpec(short, long, arg, dest, convert=None, action="store", const=True)
     Occurrence(spec, value, name)         one option as found on the command line
-    GetoptParser(prog, specs, stop_at_positional=False, exit_code=255, hint=True)
-        .parse(argv) -> (list[Occurrence], list[str] operands)
+    GetoptParser(prog, specs, stop_at_positional=False, exit_code=255, hint=True, info=None)
+        .parse(argv, info=None) -> (list[Occurrence], list[str] operands)
         .parse_into(argv, values=None) -> (dict dest -> value, operands)
     apply_occurrences(occurrences, values)  apply store/append/count/store_const actions
     CliExit(lines, code)                  "print these stderr lines, exit with code"
+    InfoExit(prog, kind)                  "print --help/--usage/--version's text on stdout"
     UsageError(prog, text, code=255, hint=True)
 """
 
@@ -49,6 +50,8 @@ __all__ = [
     "GetoptParser",
     "CliExit",
     "UsageError",
+    "InfoExit",
+    "INFO_KINDS",
     "apply_occurrences",
 ]
 
@@ -65,11 +68,30 @@ class CliExit(Exception):
             lines = [lines]
         self.lines: list[str] = list(lines)
         self.code: int = code
+        self.stdout: str = ""  # printed on stdout before the lines (InfoExit)
         super().__init__("\n".join(self.lines))
 
     def render(self) -> str:
         """The stderr text, one line per entry, newline-terminated."""
         return "".join(line + "\n" for line in self.lines)
+
+
+class InfoExit(CliExit):
+    """``--help``, ``--usage`` or ``--version`` was given: print the answer on stdout and exit.
+
+    The texts live in :mod:`muster.cli.helptext`, imported only here, so that a command that
+    is not asked for them does not load them. ``stdout`` is what run_main prints.
+    """
+
+    def __init__(self, prog: str, kind: str):
+        from muster.cli.helptext import answer
+        text, code = answer(prog, kind)
+        super().__init__([], code)
+        self.kind = kind
+        self.stdout = text
+
+
+INFO_KINDS = ("help", "usage", "version")
 
 
 class UsageError(CliExit):
@@ -175,7 +197,15 @@ class Occurrence:
 
 
 class GetoptParser:
-    """getopt_long over an ``OptSpec`` table."""
+    """getopt_long over an ``OptSpec`` table.
+
+    ``info`` says how the options whose dest is help, usage or version end the command
+    (:class:`InfoExit`), as each Slurm command does it: ``"first"`` — at the first one met,
+    before the rest of argv is looked at (Slurm's getopt loops exit there: ``sbatch --help
+    --bogus`` prints the help); ``"last"`` — once all of argv parsed, version before the last
+    of help/usage (sacct, sstat set flags and look at them after the loop); None — they are
+    ordinary options (option lines inside batch scripts).
+    """
 
     def __init__(
         self,
@@ -184,7 +214,11 @@ class GetoptParser:
         stop_at_positional: bool = False,
         exit_code: int = 255,
         hint: bool = True,
+        info: str | None = None,
     ):
+        if info not in (None, "first", "last"):
+            raise ValueError(f"bad info mode {info!r}")
+        self.info = info
         self.prog = prog
         self.specs: list[OptSpec] = list(specs)
         self.stop_at_positional = stop_at_positional
@@ -224,12 +258,24 @@ class GetoptParser:
         return self._long[matches[0]], matches[0]
 
     # -- parsing --------------------------------------------------------------------------------
-    def parse(self, argv: Sequence[str]) -> tuple[list[Occurrence], list[str]]:
+    def parse(self, argv: Sequence[str],
+              info: str | None = None) -> tuple[list[Occurrence], list[str]]:
         """Parse ``argv`` (without the program name).
 
         Returns the options in command-line order and the operands (for
-        ``stop_at_positional``: the first operand and everything after it).
+        ``stop_at_positional``: the first operand and everything after it). ``info``
+        overrides the parser's own mode for this call; raises :class:`InfoExit` per that mode.
         """
+        mode = info or self.info
+        occ, operands = self._parse(argv, mode == "first")
+        if mode == "last":
+            kinds = [o.spec.dest for o in occ if o.spec.dest in INFO_KINDS]
+            if kinds:
+                raise InfoExit(self.prog, "version" if "version" in kinds else kinds[-1])
+        return occ, operands
+
+    def _parse(self, argv: Sequence[str], first: bool) -> tuple[list[Occurrence], list[str]]:
+        """The getopt_long loop; ``first``: raise InfoExit at the first info option."""
         occ: list[Occurrence] = []
         operands: list[str] = []
         args = list(argv)
@@ -258,6 +304,8 @@ class GetoptParser:
                         raise self.error(f"option '--{full}' requires an argument")
                     value = args[i]
                     i += 1
+                if first and spec.dest in INFO_KINDS:
+                    raise InfoExit(self.prog, spec.dest)
                 occ.append(Occurrence(spec, value, "--" + full))
                 continue
             if a.startswith("-") and a != "-":
@@ -270,6 +318,8 @@ class GetoptParser:
                         raise self.error(f"invalid option -- '{ch}'")
                     spec = got
                     if spec.arg == NO_ARG:
+                        if first and spec.dest in INFO_KINDS:
+                            raise InfoExit(self.prog, spec.dest)
                         occ.append(Occurrence(spec, None, "-" + ch))
                         continue
                     rest = a[j:]

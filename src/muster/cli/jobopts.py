@@ -40,6 +40,7 @@ refuses; ``gpu_bind`` and ``distribution`` (-m) also go to the job's environment
 from __future__ import annotations
 
 import os
+import re
 from _collections_abc import Callable
 
 from muster.cli.getopt import (
@@ -208,6 +209,9 @@ def _empty_request() -> dict:
         "propagate": None,
         "get_user_env": None,
         "licenses": None,
+        "tmp": None,
+        "switches": None,
+        "wait4switch": None,
     }
 
 
@@ -236,7 +240,8 @@ class _Build:
         self.wrap: str | None = None
         self.used: list[str] = []  # long names of the options applied (optstatus)
         self.prog = PROG  # srun/salloc set their name (warning prefixes)
-        self.extra_env: dict[str, str] = {}  # --export-file
+        self.extra_env: dict[str, str] = {}  # --export-file, the container request
+        self.container: dict[str, object] = {}  # --container* values (_finish_container)
 
 
 Handler = Callable[[_Build, "str | None", str], None]
@@ -251,6 +256,28 @@ def _h_str(field: str) -> Handler:
 
 def _h_ignore(b: _Build, v: str | None, name: str) -> None:
     return None
+
+
+def _h_container(key: str) -> Handler:
+    def h(b: _Build, v: str | None, name: str) -> None:
+        b.container[key] = True if v is None else v
+
+    return h
+
+
+def finish_container(b: _Build) -> None:
+    """The --container* options as the request the tasks' runner reads (common.containerspec),
+    put in the job's environment; a bad one is refused here, before anything is submitted.
+    ``--container`` also sets Slurm's SLURM_CONTAINER."""
+    from muster.common import containerspec
+    try:
+        spec = containerspec.from_options(b.container)
+    except containerspec.ContainerSpecError as exc:
+        raise _err(str(exc)) from None
+    if spec is not None:
+        b.extra_env[containerspec.ENV] = containerspec.encode(spec)
+        if "bundle" in spec:
+            b.extra_env["SLURM_CONTAINER"] = spec["bundle"]
 
 
 def _h_const(field: str, value: object) -> Handler:
@@ -304,24 +331,36 @@ def _count(s: str) -> int:
 
 
 def _h_nodes(b: _Build, v: str | None, name: str) -> None:
-    s = (v or "").strip()
-    bad = _err(f"Invalid node count specification: {v}")
-    if not s:
-        raise bad
-    spec = s.split(":", 1)[0]  # "1-15:4" (step list): keep the range
-    lo, sep, hi = spec.partition("-")
-    try:
-        nmin = _count(lo)
-        nmax = _count(hi) if sep else nmin
-    except (InputError, ValueError):
-        raise bad from None
-    if sep and 0 < nmax < nmin:
+    """``-N MIN[-MAX]`` as Slurm 22.05's commands read it: an empty MIN is 1 (``-N-3`` is
+    ``1-3``), an empty MAX is -1 (always refused as below MIN), MAX 0 means no maximum, and a
+    MIN of 0 with a maximum is 1. ``-N0`` alone passes: the controller refuses it ("Node count
+    specification invalid"), as slurmctld does. A ``:step`` suffix is dropped."""
+    s = v or ""
+    lo, sep, hi = s.split(":", 1)[0].partition("-")
+    nmin = _node_count(b, lo) if lo or not sep else 1
+    nmax = (_node_count(b, hi) if hi else -1) if sep else None
+    if nmax is not None and nmax != 0 and nmax < nmin:
         # Slurm's verify_node_count wording (src/common/proc_args.c)
-        raise _err(f"Maximum node count {nmax} is less than minimum node count {nmin}")
-    if nmin <= 0 or nmax < nmin or nmax > _MAX_COUNT:
-        raise bad
+        raise CliExit([f"{b.prog}: error: Maximum node count {nmax} is less than minimum "
+                       f"node count {nmin}"], VALUE_ERROR_EXIT)
+    if nmax == 0:
+        nmax = None
+    if nmin == 0 and nmax is not None:
+        nmin = 1
     b.req["nodes_min"] = nmin
-    b.req["nodes_max"] = nmax
+    b.req["nodes_max"] = nmin if nmax is None and not sep else nmax
+
+
+def _node_count(b: _Build, text: str) -> int:
+    """One side of ``-N``: digits with an optional k/m suffix, else Slurm's refusal."""
+    try:
+        n = _count(text) if text.strip() else -1
+    except (InputError, ValueError):
+        n = -1
+    if n < 0 or n > _MAX_COUNT:
+        raise CliExit([f'{b.prog}: error: "{text}" is not a valid node count'],
+                      VALUE_ERROR_EXIT)
+    return n
 
 
 def _h_mem(field: str) -> Handler:
@@ -338,6 +377,18 @@ def _h_mem(field: str) -> Handler:
         b.mem[_group(b)][field] = mb
 
     return h
+
+
+def _h_tmp(b: _Build, v: str | None, name: str) -> None:
+    """``--tmp=SIZE`` (MB by default, K/M/G/T suffixes, as --mem): TmpDisk each node needs."""
+    from muster.common.units import parse_mem
+    try:
+        mb = parse_mem((v or "").strip())
+    except (InputError, ValueError):
+        mb = None
+    if mb is None or mb < 0:
+        raise _err("Invalid --tmp specification")
+    b.req["tmp"] = mb
 
 
 def parse_gres(value: str) -> list[dict[str, object]]:
@@ -383,6 +434,29 @@ def _h_gpn(b: _Build, v: str | None, name: str) -> None:
     b.gpn = out
     b.seq += 1
     b.gpn_seq = b.seq
+
+
+def _h_switches(b: _Build, v: str | None, name: str) -> None:
+    """``--switches=N[@TIME]``: at most N leaf switches (blocks), waited for up to TIME (a
+    time as ``-t`` takes it: ``M``, ``M:S``, ``H:M:S``, ``D-H[:M[:S]]``; kept in seconds)."""
+    count, at, wait = (v or "").strip().partition("@")
+    if not count.isdigit() or not 0 < int(count) < 1 << 31:
+        raise _err("Invalid --switches specification")
+    b.req["switches"] = int(count)
+    if at:
+        m = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", wait.strip())
+        if m is None:
+            raise _err("Invalid --switches specification")
+        d, a, b2, c = (int(x) if x else 0 for x in m.groups())
+        if m.group(1):  # D-H[:M[:S]]
+            secs = ((d * 24 + a) * 60 + b2) * 60 + c
+        elif m.group(4) is not None:  # H:M:S
+            secs = (a * 60 + b2) * 60 + c
+        elif m.group(3) is not None:  # M:S
+            secs = a * 60 + b2
+        else:  # M
+            secs = a * 60
+        b.req["wait4switch"] = min(secs, _MAX_MINUTES * 60)
 
 
 def _h_time(field: str, opt: str) -> Handler:
@@ -658,7 +732,6 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     ("h", "help", NO_ARG, _h_flag("help")),
     ("H", "hold", NO_ARG, _h_const("hold", True)),
     ("i", "input", REQUIRED, _h_str("std_in")),
-    ("I", "immediate", OPTIONAL, _h_ignore),
     ("J", "job-name", REQUIRED, _h_str("name")),
     ("k", "no-kill", OPTIONAL, _h_no_kill),
     ("L", "licenses", REQUIRED, _h_str("licenses")),
@@ -685,7 +758,18 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "bbf", REQUIRED, _h_ignore),
     (None, "cluster-constraint", REQUIRED, _h_ignore),
     (None, "comment", REQUIRED, _h_str("comment")),
-    (None, "container", REQUIRED, _h_ignore),
+    (None, "container", REQUIRED, _h_container("container")),
+    (None, "container-image", REQUIRED, _h_container("container_image")),
+    (None, "container-mounts", REQUIRED, _h_container("container_mounts")),
+    (None, "container-workdir", REQUIRED, _h_container("container_workdir")),
+    (None, "container-name", REQUIRED, _h_container("container_name")),
+    (None, "container-writable", NO_ARG, _h_container("container_writable")),
+    (None, "container-readonly", NO_ARG, _h_container("container_readonly")),
+    (None, "container-env", REQUIRED, _h_container("container_env")),
+    (None, "container-mount-home", NO_ARG, _h_container("container_mount_home")),
+    (None, "no-container-mount-home", NO_ARG, _h_container("no_container_mount_home")),
+    (None, "container-remap-root", NO_ARG, _h_container("container_remap_root")),
+    (None, "no-container-remap-root", NO_ARG, _h_container("no_container_remap_root")),
     (None, "contiguous", NO_ARG, _h_const("contiguous", True)),
     (None, "cores-per-socket", REQUIRED, _h_ignore),
     (None, "cpu-freq", REQUIRED, _h_ignore),
@@ -698,7 +782,9 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "get-user-env", OPTIONAL, _h_str("get_user_env")),
     (None, "gid", REQUIRED, _h_id("gid")),
     (None, "gpu-bind", REQUIRED, _h_gpu_bind),
+    (None, "gpu-freq", REQUIRED, _h_ignore),
     (None, "gpus-per-node", REQUIRED, _h_gpn),
+    (None, "gpus-per-socket", REQUIRED, _h_ignore),
     (None, "gpus-per-task", REQUIRED, _h_gpus("gpus_per_task", "--gpus-per-task")),
     (None, "gres", REQUIRED, _h_gres),
     (None, "gres-flags", REQUIRED, _h_ignore),
@@ -734,12 +820,12 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "signal", REQUIRED, _h_signal),
     (None, "sockets-per-node", REQUIRED, _h_ignore),
     (None, "spread-job", NO_ARG, _h_ignore),
-    (None, "switches", REQUIRED, _h_ignore),
+    (None, "switches", REQUIRED, _h_switches),
     (None, "test-only", NO_ARG, _h_flag("test_only")),
     (None, "thread-spec", REQUIRED, _h_ignore),
     (None, "threads-per-core", REQUIRED, _h_ignore),
     (None, "time-min", REQUIRED, _h_time("time_min", "--time-min")),
-    (None, "tmp", REQUIRED, _h_ignore),
+    (None, "tmp", REQUIRED, _h_tmp),
     (None, "tres-per-task", REQUIRED, _h_str("tres_per_task")),
     (None, "uid", REQUIRED, _h_id("uid")),
     (None, "use-min-nodes", NO_ARG, _h_ignore),
@@ -1208,7 +1294,7 @@ def parse_sbatch(
     inv = b.inv
     req = b.req
 
-    cli_occ, operands = SBATCH_PARSER.parse(argv)
+    cli_occ, operands = SBATCH_PARSER.parse(argv, info="first")  # --help etc.: InfoExit
 
     # First pass: client-only early options.
     for o in cli_occ:
@@ -1251,6 +1337,7 @@ def parse_sbatch(
     _finish_memory(b)
     _finish_cpus_per_gpu(b)
     _finish_gres(b)
+    finish_container(b)
 
     if req["dependency"] is not None:
         dep = req["dependency"].strip()

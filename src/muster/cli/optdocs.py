@@ -16,7 +16,14 @@ def parser_specs(command: str) -> list:
         from muster.cli.jobopts import SBATCH_PARSER
         return list(SBATCH_PARSER.specs)
     from muster.cli import srun
-    return list(srun._parser()[0].specs)
+    return list(srun._parser(command)[0].specs)
+
+
+def _srun_salloc_specs() -> list:
+    """srun's specs, then those only salloc's parser has (its -K, --bell, ...)."""
+    specs = parser_specs("srun")
+    longs = {s.long for s in specs}
+    return specs + [s for s in parser_specs("salloc") if s.long not in longs]
 
 
 def _name(spec) -> str:
@@ -58,10 +65,11 @@ def render() -> str:
             lines += ["| option | srun | salloc | notes |", "|---|---|---|---|"]
         else:
             lines += ["| option | sbatch | notes |", "|---|---|---|"]
-        for spec in sorted(parser_specs(cmd), key=lambda s: (s.long or s.short).lower()):
+        specs = _srun_salloc_specs() if cmd == "srun" else parser_specs(cmd)
+        for spec in sorted(specs, key=lambda s: (s.long or s.short).lower()):
             opt = spec.long
             if cmd == "srun":
-                a = lookup("srun", opt) or ("?", "")
+                a = lookup("srun", opt) or ("—", "")  # an option of salloc alone
                 b = lookup("salloc", opt) or ("?", "")
                 note = a[1] if a[1] == b[1] or not b[1] else \
                     "; ".join(x for x in (f"srun: {a[1]}" if a[1] else "",

@@ -79,11 +79,17 @@ STATUS: dict[str, object] = {
     "mail-user": (H, "address or user name; MailDomain appended to a bare name"),
     "signal": (H, ""), "open-mode": (H, ""), "requeue": (H, ""), "no-requeue": (H, ""),
     "array": (H, ""), "wrap": (H, ""), "parsable": (H, ""), "wait": {
-        "sbatch": (H, ""), "srun": (W, "steps are not ended when their first task exits"),
+        "sbatch": (H, ""), "srun": (H, "N seconds after the first task exits the others are "
+                                       "killed, with Slurm's lines (exit 137); also "
+                                       "SLURM_WAIT"),
         "salloc": (W, "srun option: salloc waits for its command")},
     "export-file": (H, "NAME=value lines (or NUL-separated) added to the environment"),
     "help": (H, ""), "usage": (H, ""), "version": (H, ""), "quiet": (H, ""),
-    "verbose": (I, "Muster's commands print no debug output"),
+    "verbose": {"srun": (H, "Slurm's launch lines on stderr (jobid/nodes, launching StepId, "
+                            "tasks started, task exit notifications); -vv adds the propagated "
+                            "limits"),
+                "sbatch": (I, "Muster's commands print no debug output"),
+                "salloc": (I, "Muster's commands print no debug output")},
     "test-only": (R, "no will-run estimate: the job would be submitted"),
     # ---- options Muster cannot honour --------------------------------------------------------
     "extra-node-info": (W, _SOCKETS), "sockets-per-node": (W, _SOCKETS),
@@ -93,19 +99,37 @@ STATUS: dict[str, object] = {
     "thread-spec": (W, "no specialized threads"),
     "ntasks-per-gpu": (W, "tasks are not derived from GPUs"),
     "gres-flags": (W, "no CPU-GPU affinity"), "mem-bind": (W, "no NUMA memory binding"),
-    "tmp": (W, "TmpDisk is not scheduled"),
+    "tmp": (H, "a node serves the job only with TmpDisk (slurm.conf, default 0) at least "
+               "that large; more than every node has is refused"),
     "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "nodes are chosen "
                                                                          "best-fit"),
-    "switches": (W, "switch counts are not requested"),
+    "switches": (H, "with TopologyPlugin=topology/tree|block: at most N leaf switches (blocks), "
+                    "waited for up to the time given (default max_switch_wait, 300 s); "
+                    "without one it changes nothing"),
     "prefer": (W, "no soft constraints (use --constraint)"),
-    "overcommit": (W, "every task gets at least one CPU"),
+    "overcommit": (H, "the job gets one task's CPUs per node (cpus-per-task) and "
+                      "SLURM_OVERCOMMIT=1, which its steps follow; a step's tasks may "
+                      "outnumber its CPUs"),
     "oversubscribe": (W, "allocated CPUs are never shared between jobs"),
     "no-kill": (W, "a node failure ends the job (NODE_FAIL)"),
     "kill-on-invalid-dep": (W, "a job whose dependency can never be met stays pending "
                                "(DependencyNeverSatisfied)"),
-    "get-user-env": (W, "the job gets the submission environment"),
-    "propagate": (W, "resource limits are not propagated"),
-    "immediate": (W, "the job is queued when resources are not available now"),
+    "get-user-env": {"sbatch": (W, "the job gets the submission environment"),
+                     "salloc": (H, "root only, as with Slurm (others: SlurmdUser must be root "
+                                   "to use --get-user-env); the --uid user's login environment "
+                                   "(su - user -c env), under salloc's own variables, is the "
+                                   "command's")},
+    "gpu-freq": (W, "no GPU frequency control"),
+    "gpus-per-socket": (R, "Muster allocates GPUs per node, not per socket (use "
+                           "--gpus-per-node)"),
+    "propagate": {"srun": (H, "srun's soft limits, set by each task's shell as the user "
+                              "(never above the node's hard limits); without it slurm.conf's "
+                              "PropagateResourceLimits(Except)"),
+                  "sbatch": (W, "resource limits are not propagated"),
+                  "salloc": (W, "resource limits are not propagated")},
+    "immediate": (H, "bare: the controller starts the allocation at once or ends it FAILED; "
+                     "=N: given up (cancelled) after N seconds pending; salloc also reads "
+                     "SALLOC_IMMEDIATE (srun no SLURM_IMMEDIATE, as Slurm 22.05)"),
     "network": (W, "no network plugins"), "power": (W, "no power management"),
     "profile": (W, "no profiling plugin"), "reboot": (W, "nodes are not rebooted"),
     "mcs-label": (W, "no MCS plugin"), "cpu-freq": (W, "no CPU frequency control"),
@@ -113,7 +137,16 @@ STATUS: dict[str, object] = {
     "tres-per-task": (W, "use --gpus-per-task / --cpus-per-task"),
     "mpi": (W, "no PMI server: start MPI programs with their own launcher"),
     "bb": (R, "no burst buffers"), "bbf": (R, "no burst buffers"),
-    "container": (R, "no OCI containers"),
+    "container": (H, "the tasks (a batch script) run in the OCI bundle through oci.conf's "
+                     "runtime, rootless as the user (docs/design.md Containers)"),
+    "container-image": (H, "pyxis-style: an OCI layout, a tarball or docker://ref, unpacked "
+                           "once per node into the user's cache"),
+    "container-mounts": (H, ""), "container-workdir": (H, ""), "container-name": (H, ""),
+    "container-writable": (H, ""), "container-readonly": (H, ""), "container-env": (H, ""),
+    "container-mount-home": (H, ""), "no-container-mount-home": (H, ""),
+    "container-remap-root": (H, "the user shows as root inside (the user on the host)"),
+    "no-container-remap-root": (H, "the default: the user's own ids inside (needs "
+                                   "/etc/subuid and /etc/subgid entries)"),
     "acctg-freq": (I, "no accounting sampling"), "delay-boot": (I, "nodes are never booted"),
     "wait-all-nodes": (I, "nodes are up before a job starts"),
     "ignore-pbs": (I, "#PBS lines are comments to Muster"),
@@ -127,11 +160,17 @@ STATUS: dict[str, object] = {
     "jobid": {"srun": (H, ""), "salloc": (W, "srun option")},
     "pty": {"srun": (H, "task 0 on a pseudo-terminal; the other tasks' stdio is /dev/null"),
             "salloc": (W, "srun option")},
-    "multi-prog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "multi-prog": {"srun": (H, "task ranges, *, %t/%o, comments, continuation lines; read "
+                               "by srun"),
+                   "salloc": (R, "not supported")},
     "het-group": {"srun": (R, "no heterogeneous jobs"), "salloc": (R, "no heterogeneous jobs")},
     "no-allocate": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
-    "task-prolog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
-    "task-epilog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
+    "task-prolog": {"srun": (H, "run as the user before each task, after slurm.conf's "
+                                "TaskProlog; export/unset/print lines as TaskProlog"),
+                    "salloc": (R, "not supported")},
+    "task-epilog": {"srun": (H, "run as the user after each task, before slurm.conf's "
+                                "TaskEpilog"),
+                    "salloc": (R, "not supported")},
     "prolog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
     "epilog": {"srun": (R, "not supported"), "salloc": (R, "not supported")},
     "disable-status": {"srun": (I, "srun prints no status on Ctrl-C anyway"),
@@ -155,6 +194,18 @@ STATUS: dict[str, object] = {
     "interactive": {"srun": (W, "not supported"), "salloc": (W, "srun option")},
     "threads": {"srun": (I, "srun's own launch threads"), "salloc": (W, "srun option")},
     "slurmd-debug": {"srun": (I, "debug level of slurmd"), "salloc": (W, "srun option")},
+    "relative": {"srun": (H, "the step's nodes start at node N of the allocation (0 first); "
+                             "not with -w/-x; N + the node count (-N, else the allocation's) "
+                             "must not exceed the allocation"),
+                 "salloc": (W, "srun option")},
+    "bcast-exclude": {"srun": (W, "the program is run from its path"),
+                      "salloc": (W, "srun option")},
+    # ---- salloc's own --------------------------------------------------------------------------
+    "kill-command": {"salloc": (H, "the signal (default TERM) goes to the command when the "
+                                   "allocation is revoked (scancel, time limit); without it "
+                                   "the command gets SIGHUP")},
+    "bell": {"salloc": (H, "the bell rings on the terminal (stdout a tty) at the grant")},
+    "no-bell": {"salloc": (H, "no bell, even after a wait of more than ten seconds")},
 }
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import sys
 
 from muster.cli.client import call, run_main
-from muster.cli.getopt import CliExit, GetoptParser, OptSpec
+from muster.cli.getopt import CliExit, GetoptParser, InfoExit, OptSpec
 
 PARSER = GetoptParser("sacctmgr", [
-    OptSpec("i", "immediate"), OptSpec("n", ("noheader", "no_header")), OptSpec("P", "parsable2"),
+    OptSpec("i", "immediate"), OptSpec("n", ("noheader", "no_header")),
+    OptSpec("o", "oneliner"), OptSpec("P", "parsable2"),
     OptSpec("p", "parsable"), OptSpec("Q", "quiet"), OptSpec("r", "readonly"),
     OptSpec("s", "associations"), OptSpec("v", "verbose", action="count"), OptSpec("V", "version"),
     OptSpec("h", "help"), OptSpec(None, "usage"), OptSpec(None, "json"), OptSpec(None, "yaml"),
-], exit_code=1)
+], exit_code=1, info="first")
 
 ACTIONS = {"add": "add", "create": "add", "modify": "modify", "update": "modify",
            "delete": "delete", "remove": "delete", "show": "show", "list": "show"}
@@ -175,17 +176,11 @@ def render(rows: list[dict], fields, header: bool, parsable: str | None) -> str:
 
 
 def _main() -> int:
+    # -o/--oneliner changes nothing: every record is one line already (Slurm 22.05's list
+    # output is the same with and without it)
     opts, operands = PARSER.parse_into(sys.argv[1:])
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage") or not operands:
-        print("sacctmgr [<OPTION>] [<COMMAND>]\n"
-              "    Valid <OPTION> values are: -i -n -p -P -Q -v -V\n"
-              "    Valid <COMMAND> values are: add|create, delete|remove, list|show, "
-              "modify|update\n    <ENTITY> may be cluster, account, user, qos, association")
-        return 0
+    if not operands:  # sacctmgr would read commands from stdin; Muster answers with its help
+        raise InfoExit("sacctmgr", "help")
     try:
         cmd = parse_command(operands)
     except ValueError as exc:

@@ -37,20 +37,12 @@ def submit_with_retries(call, msg: dict, warn, sleep=time.sleep) -> dict:
 
 
 def _main() -> int:
-    from muster import SLURM_COMPAT_VERSION
     from muster.cli.jobopts import parse_sbatch
     from muster.common.errors import RequestError
     inv = parse_sbatch(sys.argv[1:], dict(os.environ), sys.stdin.buffer, os.getcwd(),
                        int(time.time()))
     for w in inv.warnings:
         sys.stderr.write(w + "\n")
-    if inv.version:
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if inv.help or inv.usage:
-        print("Usage: sbatch [OPTIONS(0)...] [ : [OPTIONS(N)...]] script(0) [args(0)...]\n"
-              "See the Slurm sbatch documentation; Muster accepts the same options.")
-        return 0
     try:
         reply = submit_with_retries(
             call, {"op": "submit", "job": inv.request, "script": inv.script, "env": inv.env},

@@ -17,8 +17,8 @@ PARSER = GetoptParser("scancel", [
     OptSpec("t", "state", REQUIRED), OptSpec("u", "user", REQUIRED), OptSpec(None, "usage"),
     OptSpec("v", "verbose", action="count"), OptSpec("V", "version"),
     OptSpec("w", "nodelist", REQUIRED), OptSpec(None, "wckey", REQUIRED),
-    OptSpec("H", "hurry"),
-], exit_code=1)
+    OptSpec("H", "hurry"), OptSpec(None, "sibling", REQUIRED),
+], exit_code=1, info="first")
 
 _STATES = {"PD": "PENDING", "PENDING": "PENDING", "R": "RUNNING", "RUNNING": "RUNNING",
            "S": "SUSPENDED", "SUSPENDED": "SUSPENDED"}
@@ -45,6 +45,17 @@ def parse_signal(s: str) -> int:
 _ERRNO = {"access_denied": 2002, "invalid_user": 2010, "invalid_job_id": 2017,
           "already_done": 2021}
 _MAX_ID = 2**32 - 1
+_NOT_FEDERATED = 2239  # ESLURM_NOT_FED: --sibling names a job that is no federated job
+
+
+def _no_sibling(jobs: list[dict], steps: list[dict]) -> int:
+    """``--sibling=cluster``: remove a federated job's sibling. Muster has no federation, so
+    no job has siblings: each named job is refused as Slurm refuses a job of a cluster that
+    is in no federation (nothing is cancelled)."""
+    for ref in jobs + steps:
+        sys.stderr.write(f"scancel: error: Kill job error on job id {ref['job_id']}: "
+                         "Not a valid federated job\n")
+    return _NOT_FEDERATED
 
 
 def _num(text: str) -> bool:
@@ -170,20 +181,14 @@ def _cancel_jobs(jobs: list[dict], sig: int | None, filters: dict, opts: dict, e
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
     env = os.environ
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: scancel [-A account] [--batch] [--full] [--interactive] [-n job_name]\n"
-              "               [-p partition] [-Q] [-q qos] [-R reservation] [-s signal | integer]\n"
-              "               [-t PENDING | RUNNING | SUSPENDED] [--usage] [-u user_name]\n"
-              "               [-V] [-v] [-w hosts...] [--wckey=wckey] [job_id[_array_id][.step_id]]")
-        return 0
     jobs, steps = parse_ids(operands)
     filters = _filters(opts, env)
     if not jobs and not steps and not filters:
         raise CliExit(["scancel: error: No job identification provided"], 1)
+    if opts.get("sibling"):
+        if not jobs and not steps:
+            raise CliExit(["scancel: error: No job identification provided"], 1)
+        return _no_sibling(jobs, steps) & 0xFF
     sig = parse_signal(opts["signal"]) if opts.get("signal") else None
     rc = 0
     if steps:

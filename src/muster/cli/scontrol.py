@@ -5,16 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.client import call, run_main
+from muster.cli.client import call, check_clusters, run_main
 from muster.cli.getopt import CliExit, GetoptParser, OptSpec
 
 PARSER = GetoptParser("scontrol", [
-    OptSpec("a", "all"), OptSpec("d", "details"), OptSpec("F", "future"), OptSpec("h", "help"),
-    OptSpec(None, "hide"), OptSpec("M", "clusters", 1), OptSpec("o", "oneliner"),
+    OptSpec("a", "all"), OptSpec("d", "details"), OptSpec(None, "federation"),
+    OptSpec("F", "future"), OptSpec("h", "help"), OptSpec(None, "hide"), OptSpec(None, "local"),
+    OptSpec("M", "clusters", 1), OptSpec("o", "oneliner"), OptSpec(None, "sibling"),
     OptSpec("Q", "quiet"), OptSpec("u", "uid", 1), OptSpec(None, "usage"),
     OptSpec("v", "verbose", action="count"), OptSpec("V", "version"), OptSpec(None, "json"),
     OptSpec(None, "yaml"),
-], exit_code=1)
+], exit_code=1, info="first")
 
 
 def _err(text: str, code: int = 1) -> CliExit:
@@ -132,13 +133,19 @@ def show(what: str, arg: str | None, opts: dict) -> int:
         return 0
     if w in ("reservation", "reservations", "res", "reservationname"):
         return show_reservations(arg, one)
+    if w == "federation":
+        return 0  # not a member of a federation: Slurm prints nothing
     if w in ("step", "steps", "stepid"):
         return show_steps(arg, one)
+    if w == "topology":
+        return show_topology(arg)
     if w in ("config", "configuration"):
         reply = call({"op": "config"})
-        sys.stdout.write(fmt_scontrol.show_config([tuple(x) for x in reply["config"]], reply["now"]))
+        items = [(str(k), str(v)) for k, v in reply["config"]]
+        sys.stdout.write(fmt_scontrol.show_config(items, reply["now"]))
+        host = next((v.split("(")[0] for k, v in items if k == "SlurmctldHost[0]"), "localhost")
         print()
-        print("Slurmctld(primary) at localhost is UP")
+        print(f"Slurmctld(primary) at {host} is UP")
         return 0
     if w in ("hostnames", "hostlist", "hostlistsorted"):
         from muster.common import hostlist
@@ -183,15 +190,61 @@ def _step_ref(arg: str) -> tuple[int, int | None, str | None]:
     return int(jid), int(task) if task else None, step if dot else None
 
 
+def show_topology(name: str | None) -> int:
+    """Slurm's layout, one line per switch (``SwitchName=s0 Level=0 LinkSpeed=1 Nodes=...``)
+    or base block (``BlockName=b1 BlockIndex=0 Nodes=...``); a name picks that switch or block,
+    else the leaves holding that node. Slurm reports a miss on stderr and exits 0, and so
+    does this; SLURM_TOPO_LEN cuts each line."""
+    reply = call({"op": "topology"})
+    records, plugin = reply.get("records") or [], reply.get("plugin") or ""
+    if not records:
+        print("scontrol: error: No topology information available", file=sys.stderr)
+        return 0
+    block = plugin.endswith("block")
+    if name:
+        chosen = [r for r in records if r["name"] == name][:1]
+        if not chosen:
+            from muster.common.hostlist import expand
+            from muster.common.errors import InputError
+            try:
+                want = set(expand(name))
+            except InputError:
+                want = {name}
+            chosen = [r for r in records if r["nodes"] and want <= set(expand(r["nodes"]))]
+        if not chosen:
+            what = "block" if block else "switch"
+            print(f"scontrol: error: Topology information contains no {what} or node named "
+                  f"{name}", file=sys.stderr)
+            return 0
+        records = chosen
+    cut = os.environ.get("SLURM_TOPO_LEN")
+    for r in records:
+        if block:
+            line = f"BlockName={r['name']} BlockIndex={r['index']}" + (
+                f" Nodes={r['nodes']}" if r["nodes"] else "")
+        else:
+            line = (f"SwitchName={r['name']} Level={r['level']} LinkSpeed={r['link_speed']}"
+                    + (f" Nodes={r['nodes']}" if r["nodes"] else "")
+                    + (f" Switches={r['switches']}" if r["switches"] else ""))
+        print(line[:int(cut)] if cut and cut.isdigit() else line)
+    return 0
+
+
 def show_steps(arg: str | None, one: bool) -> int:
-    """scontrol show step[s] [N[.S]]: the running steps, the batch step included."""
+    """scontrol show step[s] [N[.S]]: the running steps, the batch step included, of every
+    user's jobs (as PrivateData=none shows them). A job the controller does not hold is
+    slurm_get_job_steps' "Invalid job id"; a held job without that step, "not found"."""
     from muster.cli import fmt_scontrol
+    from muster.common.errors import InvalidJobId
     msg: dict = {"op": "steps"}
     want = None
     if arg:
         want = _step_ref(arg)
         msg["job_ids"] = [want[0]]
-    steps = call(msg)["steps"]
+    try:
+        steps = call(msg)["steps"]
+    except InvalidJobId:
+        raise _err("slurm_get_job_steps error: Invalid job id specified") from None
     if want is not None:
         jid, task, step = want
         steps = [s for s in steps
@@ -209,16 +262,35 @@ def show_steps(arg: str | None, one: bool) -> int:
     return 0
 
 
-RESV_KEYS = {"reservationname": "name", "reservation": "name", "resv": "name", "name": "name",
-             "starttime": "start", "endtime": "end", "duration": "duration", "nodes": "nodes",
-             "nodecnt": "node_cnt", "nodecount": "node_cnt", "users": "users", "user": "users",
-             "accounts": "accounts", "account": "accounts", "flags": "flags", "tres": "tres",
-             "partitionname": "partition", "partition": "partition", "corecnt": "core_cnt"}
+# scontrol's reservation keywords, in the order it tries them: a key matches the first entry
+# it is a case-insensitive prefix of, at least as long as the entry's minimum ("st=now" is
+# StartTime, "r=x" ReservationName; "Node" is too short for Nodes or NodeCnt).
+RESV_KEYS: tuple[tuple[str, int, str], ...] = (
+    ("reservationname", 1, "name"), ("accounts", 1, "accounts"), ("starttime", 1, "start"),
+    ("endtime", 1, "end"), ("duration", 1, "duration"), ("flags", 2, "flags"),
+    ("nodecnt", 5, "node_cnt"), ("nodecount", 5, "node_cnt"), ("corecnt", 5, "core_cnt"),
+    ("corecount", 5, "core_cnt"), ("cpucnt", 5, "core_cnt"), ("cpucount", 5, "core_cnt"),
+    ("nodes", 5, "nodes"), ("partitionname", 1, "partition"), ("tres", 1, "tres"),
+    ("users", 1, "users"),
+)
+
+
+def resv_key(key: str) -> str | None:
+    """The reservation field a keyword names (any case, abbreviated as scontrol allows), or
+    None. ``User``/``Account``/``Partition``/``Name`` are caught by the prefix rule too."""
+    k = key.lower()
+    if k in ("name", "resv"):
+        return "name"  # Muster's own aliases, kept for the scripts that use them
+    for full, shortest, field in RESV_KEYS:
+        if len(k) >= shortest and full.startswith(k):
+            return field
+    return None
 
 
 def parse_reservation(tokens: list[str], now: int) -> dict:
     """``ReservationName=x StartTime=now Duration=60 Users=a Nodes=... Flags=MAINT`` → spec.
-    Raises ValueError with the offending token."""
+    Raises ValueError(token, what): ``what`` is "parameter" for a word that is no keyword,
+    else the keyword's field whose value is bad."""
     from muster.common.hostlist import expand
     from muster.common.timefmt import parse_datetime, parse_time_limit
     spec: dict = {}
@@ -227,9 +299,9 @@ def parse_reservation(tokens: list[str], now: int) -> dict:
         opx = ""
         if k.endswith(("+", "-")):
             k, opx = k[:-1], k[-1]
-        key = RESV_KEYS.get(k.lower())
+        key = resv_key(k)
         if not sep or key is None:
-            raise ValueError(tok)
+            raise ValueError(tok, "parameter")
         try:
             if key in ("start", "end"):
                 spec[key] = now if v.lower() == "now" else parse_datetime(v, now)
@@ -256,13 +328,16 @@ def parse_reservation(tokens: list[str], now: int) -> dict:
                 spec[key] = tres
             else:
                 spec[key] = v
-        except ValueError:
-            raise ValueError(tok) from None
         except Exception:
-            raise ValueError(tok) from None
+            raise ValueError(tok, key) from None
     if "core_cnt" in spec:
         spec.setdefault("tres", {})["cpu"] = spec.pop("core_cnt")
     return spec
+
+
+# scontrol's words for a bad value (create_res.c); other keys say "Invalid <key> <token>"
+_RESV_WHAT = {"start": "start time", "end": "end time", "node_cnt": "node count",
+              "core_cnt": "core count"}
 
 
 def reservation_cmd(cmd: str, tokens: list[str]) -> int:
@@ -284,7 +359,12 @@ def reservation_cmd(cmd: str, tokens: list[str]) -> int:
     try:
         spec = parse_reservation(tokens, int(_time.time()))
     except ValueError as exc:
-        raise _err(f"scontrol: error: Invalid input: {exc}\nRequest aborted") from None
+        tok, what = exc.args
+        aborted = "No reservation created." if cmd == "create" else "No reservation update."
+        if what == "parameter":
+            raise _err(f"scontrol: error: Unknown parameter {tok}.  {aborted}") from None
+        raise _err(f"scontrol: error: Invalid {_RESV_WHAT.get(what, what)} {tok}.  "
+                   f"{aborted}") from None
     if cmd == "create":
         try:
             name = call({"op": "resv_create", "spec": spec})["name"]
@@ -464,18 +544,45 @@ def _refs_by_name(name: str, user: str | None) -> list[dict]:
     return refs
 
 
+def reconfigure(rest: list[str], opts: dict) -> int:
+    """``scontrol reconfigure``: the controller re-reads its configuration files and applies
+    what changed, or refuses all of it (muster.controller.reconfig). Silent on success, as
+    Slurm's; a refusal prints ``slurm_reconfigure error: <why>`` (``-Q`` keeps it quiet)."""
+    if rest:
+        raise _err("too many arguments for keyword:reconfigure")
+    from muster.common.errors import RequestError
+    try:
+        reply = call({"op": "reconfigure"})
+    except RequestError as exc:
+        raise CliExit([] if opts.get("quiet") else
+                      [f"slurm_reconfigure error: {exc.message}"], 1) from None
+    if opts.get("verbose"):
+        for line in reply.get("changes") or ["no change"]:
+            print(f"scontrol: {line}", file=sys.stderr)
+    return 0
+
+
+def _parse(argv: list[str]) -> tuple[dict, list[str]]:
+    """Options and operands. After ``setdebugflags`` nothing is an option: its ``-FLAG``
+    argument is an operand (scontrol stops at the first operand there)."""
+    if any(a.lower() == "setdebugflags" for a in argv):  # (the import costs the others)
+        from muster.cli.setdebug import posix_parse
+        got = posix_parse(PARSER, argv)
+        if got is not None:
+            return got
+    return PARSER.parse_into(argv)
+
+
 def _main() -> int:
     argv = sys.argv[1:]
-    opts, operands = PARSER.parse_into(argv)
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage") or not operands:
-        print("Usage: scontrol [-adhoQv] COMMAND ...\n  show job|node|partition|config|hostnames|"
-              "hostlist|hostlistsorted [ID]\n  hold|uhold|release|requeue|requeuehold JOBID\n"
-              "  update JobId=ID Key=Value... | NodeName=NODES State=DRAIN|RESUME Reason=...\n  ping")
-        return 0 if operands or opts.get("help") or opts.get("usage") else 1
+    opts, operands = _parse(argv)
+    # --federation, --local, --sibling: no federation, so every job is local and has no
+    # siblings; Slurm's scontrol prints the same outside a federation
+    check_clusters("scontrol", opts.get("clusters"))
+    if not operands:  # scontrol would read commands from stdin; Muster prints its help
+        from muster.cli.helptext import help_text
+        sys.stdout.write(help_text("scontrol"))
+        return 1
     cmd, rest = operands[0].lower(), operands[1:]
     if cmd == "show":
         if not rest:
@@ -499,14 +606,11 @@ def _main() -> int:
         elif not (rest and rest[0].lower().startswith(("reservationname=", "reservation="))):
             raise _err(f"invalid entity: {' '.join(rest[:1]) or '(null)'} for keyword: {cmd}")
         return reservation_cmd(cmd, rest)
-    if cmd == "ping":
-        try:
-            call({"op": "ping"})
-            print("Slurmctld(primary) at localhost is UP")
-            return 0
-        except Exception:
-            print("Slurmctld(primary) at localhost is DOWN")
-            return 1
+    if len(cmd) >= 3 and "reconfigure".startswith(cmd):
+        return reconfigure(rest, opts)
+    if cmd in ("ping", "takeover"):  # each SlurmctldHost (muster.cli.ctldping)
+        from muster.cli import ctldping
+        return ctldping.ping() if cmd == "ping" else ctldping.takeover(rest)
     if cmd == "token":
         msg: dict = {"op": "token"}
         for tok in rest:
@@ -523,10 +627,12 @@ def _main() -> int:
         except RequestError as exc:
             raise _err(f"scontrol: error: {exc.message}") from None
         return 0
-    if cmd == "version":
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
+    if cmd in ("setdebug", "setdebugflags"):
+        from muster.cli import setdebug
+        return setdebug.setdebug(rest) if cmd == "setdebug" else setdebug.setdebugflags(rest)
+    if cmd in ("version", "help"):
+        from muster.cli.getopt import InfoExit
+        raise InfoExit("scontrol", cmd)
     if cmd == "top":
         return 0
     raise _err(f"invalid keyword: {operands[0]}")

@@ -15,9 +15,6 @@ import sys
 from muster.cli import fmt_usage
 from muster.cli.client import call, run_main
 
-VERSION = "2.1"
-USAGE = ("Usage: seff [Options] <Jobid>\n       Options:\n       -h    Help menu\n"
-         "       -v    Version\n       -d    Debug mode: display raw Slurm data\n")
 
 
 def time2str(secs: int) -> str:
@@ -145,12 +142,9 @@ def _find(jobs: list[dict], spec: str) -> dict | None:
 
 def _main() -> int:
     opts, args = _parse_args(sys.argv[1:])
-    if opts.get("v"):
-        print(f"seff Version {VERSION}")
-        return 1
-    if opts.get("h") or len(args) != 1:
-        sys.stdout.write(USAGE)
-        return 1
+    if opts.get("v") or opts.get("h") or len(args) != 1:  # seff's own texts, exit 1
+        from muster.cli.getopt import InfoExit
+        raise InfoExit("seff", "version" if opts.get("v") else "help")
     spec = args[0].partition(".")[0]
     base, us, task = spec.partition("_")
     if not base.isdigit() or (us and not task.isdigit()):

@@ -18,20 +18,13 @@ PARSER = GetoptParser("sinfo", [
     OptSpec("s", "summarize"), OptSpec("S", "sort", REQUIRED), OptSpec("t", ("states", "state"), REQUIRED),
     OptSpec("T", "reservation"), OptSpec("v", "verbose", action="count"), OptSpec("V", "version"),
     OptSpec(None, "json"), OptSpec(None, "yaml"), OptSpec(None, "local"), OptSpec(None, "federation"),
-], exit_code=1)
+    OptSpec(None, "hide", dest="all", const=False), OptSpec(None, "noconvert"),
+], exit_code=1, info="first")
 
 
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
     env = os.environ
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: sinfo [-adelNRrsTv] [-i seconds] [-t states] [-p partition] [-n node]\n"
-              "             [-S fields] [-o format] [-O Format]")
-        return 0
     if operands:
         raise CliExit([f"sinfo: error: Unrecognized option: {operands[0]}",
                        'Try "sinfo --help" for more information'], 1)
@@ -62,7 +55,8 @@ def _main() -> int:
                 long=bool(opts.get("long")), summarize=bool(opts.get("summarize")),
                 reasons=bool(opts.get("list_reasons")), noheader=bool(opts.get("noheader")),
                 now=reply["now"], partition_filter=parts_filter or None,
-                node_filter=opts.get("nodes"), state_filter=states)
+                node_filter=opts.get("nodes"), state_filter=states,
+                hidden=bool(opts["all"] if "all" in opts else env.get("SINFO_ALL")))
         except ValueError as exc:
             raise CliExit([f"sinfo: error: Invalid field or state: {exc}"], 1) from None
         sys.stdout.write(out)

@@ -11,22 +11,23 @@ from __future__ import annotations
 import os
 import sys
 
-from muster.cli.client import call, run_main
+from muster.cli.client import call, check_clusters, run_main
 from muster.cli.getopt import REQUIRED, CliExit, GetoptParser, OptSpec
 
 PARSER = GetoptParser("sprio", [
-    OptSpec("h", "noheader"), OptSpec(None, "help"), OptSpec(None, "usage"),
+    OptSpec(None, "federation"), OptSpec("h", "noheader"), OptSpec(None, "help"),
+    OptSpec(None, "usage"), OptSpec(None, "local"), OptSpec(None, "sibling"),
     OptSpec("j", ("jobs", "job"), REQUIRED), OptSpec("l", "long"), OptSpec("M", "cluster", REQUIRED),
     OptSpec("n", "norm"), OptSpec("o", "format", REQUIRED), OptSpec("p", "partition", REQUIRED),
     OptSpec("S", "sort", REQUIRED), OptSpec("u", ("user", "users"), REQUIRED),
     OptSpec("v", "verbose", action="count"), OptSpec("V", "version"), OptSpec("w", "weights"),
-], exit_code=1)
+], exit_code=1, info="first")
 
 # code -> (title, factor, normalized?)
 CODES = {
     "a": ("AGE", "age", True), "A": ("AGE", "age", False),
     "b": ("ASSOC", "assoc", True), "B": ("ASSOC", "assoc", False),
-    "c": ("ACCOUNT", None, False), "f": ("FAIRSHARE", "fairshare", True),
+    "c": ("CLUSTER", None, False), "f": ("FAIRSHARE", "fairshare", True),
     "F": ("FAIRSHARE", "fairshare", False), "i": ("JOBID", None, False),
     "j": ("JOBSIZE", "jobsize", True), "J": ("JOBSIZE", "jobsize", False),
     "N": ("NICE", None, False), "p": ("PARTITION", "partition", True),
@@ -38,11 +39,13 @@ CODES = {
 LONG = "%.15i %9r %.8u %.10Y %.10S %.10A %.10B %.10F %.10J %.10P %.10Q %.11N %.20T"
 
 
-def default_format(weights: dict, long: bool, norm: bool) -> str:
+def default_format(weights: dict, long: bool, norm: bool, sibling: bool = False) -> str:
+    """sprio's built-in format; ``sibling`` (--sibling) adds the cluster after the partition
+    (not to -l's, as Slurm's)."""
     if long:
         fmt = LONG
     else:
-        fmt = "%.15i %9r %.10Y %.10S"
+        fmt = "%.15i %9r %.8c %.10Y %.10S" if sibling else "%.15i %9r %.10Y %.10S"
         for key, code in (("age", "A"), ("assoc", "B"), ("fairshare", "F"), ("jobsize", "J"),
                           ("partition", "P"), ("qos", "Q")):
             if weights.get(key):
@@ -63,7 +66,7 @@ def value(code: str, row: dict) -> str:
     if code == "u":
         return row["user"]
     if code == "c":
-        return row["account"]
+        return row.get("cluster") or ""
     if code == "Y":
         return str(row["priority"])
     if code == "y":
@@ -100,21 +103,19 @@ def weight_value(code: str, weights: dict) -> str:
 
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: sprio [-j jid[s]] [-u user_name[s]] [-o format] [-p partitions]\n"
-              "     [--usage] [-h] [-l] [-n] [-v] [-w]")
-        return 0
     if operands:
         raise CliExit([f"sprio: error: Unrecognized option: {operands[0]}"], 1)
     from muster.cli.fmt_common import parse_format, render_table
+    check_clusters("sprio", opts.get("cluster"))
+    # --federation/--local: no federation, every job is local; --sibling: each job has one
+    # record, this cluster's, and the cluster column Slurm adds for it
+    sibling = opts.get("sibling") or os.environ.get("SPRIO_SIBLING")
     reply = call({"op": "sprio"})
     weights = reply["weights"]
+    for r in reply["rows"]:
+        r["cluster"] = reply.get("cluster") or ""
     fmt = opts.get("format") or os.environ.get("SPRIO_FORMAT") or default_format(
-        weights, bool(opts.get("long")), bool(opts.get("norm")))
+        weights, bool(opts.get("long")), bool(opts.get("norm")), bool(sibling))
     fields, tail = parse_format(fmt)
     titles = [CODES.get(f.code, ("", None, False))[0] for f in fields]
     if opts.get("weights"):
@@ -146,7 +147,7 @@ def _main() -> int:
         elif code in ("Y", "y"):
             rows.sort(key=lambda r: r["priority"], reverse=desc)
         elif code in ("u", "r", "c"):
-            fld = {"u": "user", "r": "partition", "c": "account"}[code]
+            fld = {"u": "user", "r": "partition", "c": "cluster"}[code]
             rows.sort(key=lambda r: r[fld], reverse=desc)
     table = [[value(f.code, r) for f in fields] for r in rows]
     sys.stdout.write("".join(line + "\n" for line in render_table(

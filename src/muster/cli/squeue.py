@@ -65,7 +65,8 @@ PARSER = GetoptParser("squeue", [
     OptSpec("M", "clusters", REQUIRED), OptSpec(None, "json"), OptSpec(None, "yaml"),
     OptSpec(None, "local"), OptSpec(None, "sibling"), OptSpec(None, "federation"),
     OptSpec("L", "licenses", REQUIRED), OptSpec("P", "priority"),
-], exit_code=1)
+    OptSpec(None, "hide", dest="all", const=False), OptSpec(None, "noconvert"), OptSpec(None, "array-unique"),
+], exit_code=1, info="first")
 
 
 def _split(v: str | None) -> list[str]:
@@ -75,15 +76,11 @@ def _split(v: str | None) -> list[str]:
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
     env = os.environ
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: squeue [-A account] [--clusters names] [-i seconds] [--job jobid] [--name name]\n"
-              "              [-o format] [-O fields] [-p partitions] [-q qos] [--start] [-t states]\n"
-              "              [-u user_name] [--me] [-w nodes] [-h] [-l] [-r] [-S fields]")
-        return 0
+    if opts.get("noconvert"):
+        from muster.cli import fmt_squeue
+        fmt_squeue.CONVERT_UNITS = False
+    if opts.get("steps") is True and operands:
+        opts["steps"] = operands.pop(0)  # squeue reads "-s LIST" as "-s=LIST" too
     if operands:
         raise CliExit([f"squeue: error: Unrecognized option: {operands[0]}",
                        'Try "squeue --help" for more information'], 1)
@@ -129,6 +126,8 @@ def _main() -> int:
         msg["states"] = sorted(states)
     if uids:
         msg["uids"] = sorted(uids)  # filtered on the controller
+    if not (opts["all"] if "all" in opts else env.get("SQUEUE_ALL")):
+        msg["hide"] = True  # jobs of hidden partitions and of those closed to the user's groups
     custom = (opts.get("format") or opts.get("Format") or env.get("SQUEUE_FORMAT")
               or env.get("SQUEUE_FORMAT2") or opts.get("sort") or env.get("SQUEUE_SORT"))
     structured = opts.get("json") or opts.get("yaml")
@@ -201,7 +200,8 @@ def _main() -> int:
                 jobs, fmt=opts.get("format") or (None if opts.get("Format") else env.get("SQUEUE_FORMAT")),
                 fmt_long=opts.get("Format") or env.get("SQUEUE_FORMAT2"), long=bool(opts.get("long")),
                 start=bool(opts.get("start")), noheader=bool(opts.get("noheader")),
-                array_expand=bool(opts.get("array") or env.get("SQUEUE_ARRAY")), now=reply["now"],
+                array_expand=bool(opts.get("array") or opts.get("array_unique")
+                                  or env.get("SQUEUE_ARRAY")), now=reply["now"],
                 sort=opts.get("sort") or env.get("SQUEUE_SORT"))
         except ValueError as exc:
             raise CliExit([f"squeue: error: Invalid field or sort key: {exc}"], 1) from None
@@ -216,38 +216,79 @@ def _main() -> int:
         sys.stdout.write("\n")
 
 
+def _step_list(arg) -> list[tuple[str, str]]:
+    """``-s``'s list: ``job[_task].step`` each (step: a number, ``batch`` or ``extern``) →
+    (job id as squeue prints it, step). A word without a step, or whose job id is not a
+    number, is squeue's "Invalid job_step id" (exit 1)."""
+    out = []
+    for tok in _split(arg if isinstance(arg, str) else ""):
+        job, dot, step = tok.partition(".")
+        base, _, task = job.partition("_")
+        if not dot:
+            raise CliExit([f"squeue: error: Invalid job_step id: {tok}.??"], 1)
+        if not (base.isascii() and base.isdigit()) or (task and not (task.isascii() and task.isdigit())):
+            raise CliExit([f"squeue: error: Invalid job_step id: {tok}"], 1)
+        out.append((job, step))
+    return out
+
+
+def _step_uids(opts: dict) -> set[int] | None:
+    """-u/--me as uids (None: no user filter); an unknown user is reported and matches none."""
+    users = _split(opts.get("user") or os.environ.get("SQUEUE_USERS"))
+    if not users and not opts.get("me"):
+        return None
+    import pwd
+    uids = {os.getuid()} if opts.get("me") else set()
+    for u in users:
+        try:
+            uids.add(int(u) if u.isdigit() else pwd.getpwnam(u).pw_uid)
+        except KeyError:
+            sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
+    return uids
+
+
 def _steps(opts: dict) -> int:
-    """squeue -s[STEPS]: the running steps (batch steps included), filtered by -s's
-    ``job[.step]`` list, -j, -u/--me and -p; -o/-h as for jobs."""
+    """squeue -s[LIST]: the running steps of every user's jobs (batch steps included),
+    narrowed by -s's ``job.step`` list, -j, -u/--me, -p, -n (the job's name, as squeue
+    matches it) and -w; -o/-O/-S/-h as squeue's step formats read them."""
     from muster.cli import fmt_squeue
     from muster.cli.fmt_scontrol import step_id_str
+    want = _step_list(opts["steps"])
     reply = call({"op": "steps"})
     now, steps = reply["now"], reply["steps"]
-    want = set(_split(opts["steps"])) if isinstance(opts["steps"], str) else set()
     if want:
-        steps = [s for s in steps if step_id_str(s) in want or str(s["job_id"]) in want
-                 or step_id_str(s).split(".")[0] in want]
-    jobs = {t.split("_")[0].split(".")[0] for spec in opts.get("jobs") or [] for t in _split(spec)}
+        steps = [s for s in steps if any(
+            step == str(s["step_id"]) and job in (str(s["job_id"]), step_id_str(s).split(".")[0])
+            for job, step in want)]
+    jobs = {t.split(".")[0] for spec in opts.get("jobs") or [] for t in _split(spec)}
     if jobs:
-        steps = [s for s in steps if str(s["job_id"]) in jobs or str(s.get("array_job_id")) in jobs]
-    users = _split(opts.get("user"))
-    if users or opts.get("me"):
-        import pwd
-        uids = {os.getuid()} if opts.get("me") else set()
-        for u in users:
-            try:
-                uids.add(int(u) if u.isdigit() else pwd.getpwnam(u).pw_uid)
-            except KeyError:
-                sys.stderr.write(f"squeue: error: Invalid user: {u}\n")
+        steps = [s for s in steps if str(s["job_id"]) in jobs or str(s.get("array_job_id")) in jobs
+                 or step_id_str(s).split(".")[0] in jobs]
+    uids = _step_uids(opts)
+    if uids is not None:
         steps = [s for s in steps if s["uid"] in uids]
-    parts = set(_split(opts.get("partition")))
+    parts = set(_split(opts.get("partition") or os.environ.get("SQUEUE_PARTITION")))
     if parts:
         steps = [s for s in steps if s["partition"] in parts]
+    if opts.get("nodelist"):
+        from muster.common.hostlist import expand
+        nodes = set(expand(opts["nodelist"]))
+        steps = [s for s in steps if nodes & set(expand(s.get("node_list") or ""))]
+    errors: list[str] = []
+    fmt_long = opts.get("Format") or os.environ.get("SQUEUE_FORMAT2")
     try:
-        out = fmt_squeue.render_steps(steps, fmt=opts.get("format"),
-                                      noheader=bool(opts.get("noheader")), now=now)
+        out = fmt_squeue.render_steps(
+            steps, fmt=opts.get("format") or (None if fmt_long else os.environ.get("SQUEUE_FORMAT")),
+            fmt_long=fmt_long,
+            noheader=bool(opts.get("noheader")), now=now,
+            sort=opts.get("sort") or os.environ.get("SQUEUE_SORT"), errors=errors)
     except ValueError as exc:
-        raise CliExit([f"squeue: error: Invalid field: {exc}"], 1) from None
+        raise CliExit([f"squeue: error: Invalid sort specification: {exc}"], 1) from None
+    sys.stderr.write("".join(f"squeue: error: Invalid job step format specification: {e}\n"
+                             for e in errors))
+    if opts.get("long") and not opts.get("noheader"):
+        from muster.common.timefmt import fmt_ctime
+        out = fmt_ctime(now) + "\n" + out
     sys.stdout.write(out)
     return 0
 

@@ -39,6 +39,7 @@ import time
 
 from muster.cli.getopt import NO_ARG, OPTIONAL, REQUIRED, CliExit, GetoptParser, OptSpec
 from muster.common import iostream as io
+from muster.common.hostlist import int_ranges
 from muster.common.linkauth import HANDSHAKE_TIMEOUT, LinkAuthError, Responder
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
@@ -61,28 +62,40 @@ _SRUN_ONLY = [
     (None, "slurmd-debug", REQUIRED), (None, "interactive", NO_ARG), (None, "external-launcher", NO_ARG),
     (None, "het-group", REQUIRED), (None, "compress", OPTIONAL), (None, "bcast", OPTIONAL),
     (None, "open-mode", REQUIRED), (None, "usage", NO_ARG), (None, "quit-on-interrupt", NO_ARG),
+    ("I", "immediate", OPTIONAL),  # srun and salloc only: Slurm 22.05's sbatch has no -I
+    ("r", "relative", REQUIRED), (None, "bcast-exclude", REQUIRED),
 ]
+# salloc's own options; in Slurm's salloc -K is --kill-command (srun's -K is
+# --kill-on-bad-exit, which salloc keeps by its long name only)
+_SALLOC_ONLY = [("K", "kill-command", OPTIONAL), (None, "bell", NO_ARG),
+                (None, "no-bell", NO_ARG), (None, "get-user-env", OPTIONAL)]
 _SBATCH_ONLY = {"array", "wrap", "parsable", "test-only", "requeue", "no-requeue", "wait", "usage",
                 "kill-on-invalid-dep", "open-mode", "ignore-pbs", "get-user-env", "export-file"}
 
 
-def _parser():
+def _parser(prog: str = PROG):
     from muster.cli import jobopts
     specs, handlers = [], {}
-    taken_short = {s for s, *_ in _SRUN_ONLY if s}
+    own = _SRUN_ONLY + (_SALLOC_ONLY if prog == "salloc" else [])
+    own_longs = {long for _, long, _ in own}
+    taken_short = {s for s, *_ in own if s}
     for short, long, arg, handler in jobopts._TABLE:
         names = (long,) if isinstance(long, str) else tuple(long)
-        if names[0] in _SBATCH_ONLY:
+        if names[0] in _SBATCH_ONLY or names[0] in own_longs:
             continue
         spec = OptSpec(None if short in taken_short else short, long, arg)
         specs.append(spec)
         handlers[spec.dest] = handler
     srun_dests = set()
-    for short, long, arg in _SRUN_ONLY:
+    salloc_shorts = {s for s, *_ in own[len(_SRUN_ONLY):] if s}
+    for short, long, arg in own:
+        if short in salloc_shorts and (short, long, arg) in _SRUN_ONLY:
+            short = None
         spec = OptSpec(short, long, arg)
         specs.append(spec)
         srun_dests.add(spec.dest)
-    return GetoptParser(PROG, specs, stop_at_positional=True), handlers, srun_dests
+    return (GetoptParser(prog, specs, stop_at_positional=True, info="first"), handlers,
+            srun_dests)
 
 
 def _err(text: str, code: int = 1) -> CliExit:
@@ -117,6 +130,10 @@ class Invocation:
         self.srun: dict = {}
         self.argv: list[str] = []
         self.flags: dict = {}  # help, version, verbose, quiet
+        self.given: list[tuple[str, str | None]] = []  # (long name, value) as on the line
+        self.env_extra: dict[str, str] = {}  # --container*: common.containerspec's variable
+        from muster.cli.srunlog import LaunchLog
+        self.log = LaunchLog(0)  # -v's lines (level set by _main)
 
 
 def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocation:
@@ -124,7 +141,7 @@ def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocat
     Options Muster refuses stop here; those it warns about are reported on stderr
     (muster.cli.optstatus)."""
     from muster.cli import jobopts, optstatus
-    parser, handlers, srun_dests = _parser()
+    parser, handlers, srun_dests = _parser(prog)
     occ, operands = parser.parse(argv)
     b = jobopts._Build()
     b.prog = prog
@@ -132,27 +149,41 @@ def parse(argv: list[str], environ: dict, cwd: str, prog: str = PROG) -> Invocat
     b.now = int(time.time())
     b.src = "cli"
     inv = Invocation()
-    for o in occ:
-        d = o.spec.dest
-        if d in srun_dests:
-            inv.srun[d] = o.value if o.value is not None else True
-        else:
-            handlers[d](b, o.value, o.name)
-    jobopts._finish_memory(b)
-    jobopts._finish_gres(b)
+    try:
+        for o in occ:
+            d = o.spec.dest
+            if d in srun_dests:
+                inv.srun[d] = o.value if o.value is not None else True
+            else:
+                handlers[d](b, o.value, o.name)
+        jobopts._finish_memory(b)
+        jobopts._finish_gres(b)
+        jobopts.finish_container(b)
+    except CliExit as exc:
+        raise _as_prog(exc, prog) from None
     b.req["work_dir"] = os.path.normpath(os.path.join(cwd, b.chdir)) if b.chdir else cwd
     b.req["submit_dir"] = cwd
     b.req["submit_host"] = jobopts._short_hostname()
     b.req["umask"] = jobopts._current_umask()
     b.req["submit_line"] = " ".join(["srun"] + list(argv))[:4096]
     inv.req = b.req
+    inv.env_extra = dict(b.extra_env)  # the container request, for the tasks' environment
     for line in b.inv.warnings + optstatus.check(prog, [o.spec.long or o.spec.short for o in occ]):
         sys.stderr.write(line + "\n")
     if prog == PROG:
         _check_cpu_bind(inv.srun.get("cpu_bind") or environ.get("SLURM_CPU_BIND"))
     inv.flags = {k: getattr(b.inv, k, False) for k in ("help", "version", "verbose", "quiet")}
     inv.argv = operands
+    inv.given = [(o.spec.long or o.spec.short or "", o.value) for o in occ]
     return inv
+
+
+def _as_prog(exc: CliExit, prog: str) -> CliExit:
+    """The job options' handlers are sbatch's (muster.cli.jobopts): their messages name this
+    command instead, as Slurm's shared option code does."""
+    exc.lines = [f"{prog}: " + ln[len("sbatch: "):] if ln.startswith("sbatch: ") else ln
+                 for ln in exc.lines]
+    return exc
 
 
 CPU_BIND_HELP = """--cpu-bind=[quiet|verbose,]TYPE  (applied with TaskPlugin=task/affinity)
@@ -185,29 +216,87 @@ def _check_cpu_bind(spec: str | None) -> None:
 # ---- controller connection ------------------------------------------------------------------
 
 class Controller:
-    """One persistent connection (the allocation lease lives as long as it does)."""
+    """One persistent connection; the allocation's lease lives on it (``job_id``: the
+    allocation srun or salloc made on it, or was told to hold). When it breaks — the
+    controller restarted or failed over — muster.cli.lease reconnects, re-attaches the lease
+    and re-sends the request, each changing request with its request id (a retry is answered,
+    never executed twice)."""
+
+    job_id: int | None = None
 
     def __init__(self):
         from muster.cli.client import socket_path
-        from muster.common.errors import TransportError
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self.sock.connect(socket_path())
-        except OSError:
-            raise TransportError() from None
+        except OSError:  # no controller this instant (a restart): retry, each controller
+            self.sock.close()
+            from muster.cli import lease
+            self.sock = lease.connect()
 
-    def call(self, msg: dict, timeout: float | None = 60) -> dict:
+    def exchange(self, msg: dict, timeout: float | None) -> dict:
+        """One request on the current connection; the reply as the controller sent it.
+        client._Retry when the connection ended first or reached a standby."""
+        from muster.cli.client import _Retry
         from muster.common import wire
-        from muster.common.errors import TransportError, from_wire
+        from muster.common.errors import TransportError
         self.sock.settimeout(timeout)
         try:
             wire.send_frame(self.sock, msg)
             reply = wire.recv_frame(self.sock)
-        except (OSError, wire.FrameError) as exc:
+        except TimeoutError as exc:  # up but not answering: never re-sent
             raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-        if not reply.get("ok"):
-            raise from_wire(reply)
+        except OSError:
+            raise _Retry() from None
+        except wire.FrameError as exc:
+            if str(exc).startswith("connection closed"):
+                raise _Retry() from None
+            raise TransportError(f"Unable to contact slurm controller ({exc})") from None
+        if reply.get("code") == "in_standby_mode":
+            raise _Retry()  # a deposed leader: the new one is elsewhere
         return reply
+
+    def call(self, msg: dict, timeout: float | None = 60, retry: float | None = None) -> dict:
+        """The reply, or the MusterError it carries. ``retry``: seconds to ride out a broken
+        connection (default: the client retry budget)."""
+        from muster.cli.client import _Retry
+        from muster.common import requestid
+        from muster.common.errors import from_wire
+        if "rid" not in msg and requestid.changes_state(msg):
+            msg = {**msg, "rid": requestid.new_rid()}
+        try:
+            reply = self.exchange(msg, timeout)
+        except _Retry:
+            from muster.cli import lease
+            reply = lease.resume(self, msg, timeout, retry)
+        if msg.get("op") == "allocate" and reply.get("ok") and msg.get("lease") is not False:
+            self.job_id = reply.get("job_id")
+        if not reply.get("ok"):
+            err = from_wire(reply)
+            if isinstance(reply.get("detail"), str):
+                err.detail = reply["detail"]  # Slurm's extra line ("CPU count per node ...")
+            raise err
+        return reply
+
+    def keep_lease(self) -> None:
+        """srun's step loop, about twice a second: a lease whose connection broke while idle
+        (the controller restarted) is re-attached now, not at the next request, for the new
+        controller ends an allocation nobody re-attaches within MusterLeaseGrace. One quick
+        try per call (cli.lease.try_attach): the step's I/O is never held up for long."""
+        if self.job_id is None or not self._broken():
+            return
+        from muster.cli import lease
+        lease.try_attach(self)
+
+    def _broken(self) -> bool:
+        """Whether the idle connection has ended (the controller sends nothing unasked)."""
+        try:
+            self.sock.setblocking(False)  # (with a timeout, recv would first wait that long)
+            return self.sock.recv(1, socket.MSG_PEEK) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
 
 # ---- the step's I/O -------------------------------------------------------------------------
@@ -295,6 +384,7 @@ class StepIO:
         self.pending_bytes = 0
         self.stdin_paused = False
         self.on_exit: Callable[[int, dict], None] | None = None
+        self.on_start: Callable[[str, int], None] | None = None  # a node's daemon has proved itself
 
     def set_step(self, job_id: int, reply: dict) -> None:
         """The controller's answer to step_create: the key and who may connect."""
@@ -342,8 +432,10 @@ class StepIO:
                 out.write(data + b"\n")
                 out.flush()
 
-    def signal_tasks(self, sig: int) -> None:
-        payload = json.dumps({"signal": sig}).encode()
+    def signal_tasks(self, sig: int, abort: bool = False) -> None:
+        """``sig`` to every task; ``abort`` (with SIGKILL): the step daemons kill at once,
+        without the SIGTERM and KillWait of a cancel (srun -W, as Slurm's step abort)."""
+        payload = json.dumps({"signal": sig, **({"abort": True} if abort else {})}).encode()
         for peer in [p for p in self.peers.values() if p.node]:
             self._send(peer, io.SIGNAL, 0, payload)
 
@@ -452,8 +544,10 @@ class StepIO:
         peer.dec.limit = io.MAX_PAYLOAD
         peer.node, peer.hs = node, None
         self.claimed.add(node)
+        if self.on_start:
+            self.on_start(node, len(self.layout[node]))
         del self.unproven[peer.sock]
-        if self.stdin_all or 0 in self.layout[node]:
+        if self.stdin_all or self.stdin_task in self.layout[node]:
             self.stdin_targets.append(peer)
             if self.winsize:  # before any typed byte: a resize made while it connected
                 self._send(peer, io.WINSIZE, 0, self.winsize)
@@ -567,6 +661,7 @@ class StepIO:
 
     # stdin ------------------------------------------------------------------------------------
     stdin_all = False
+    stdin_task = 0  # the task stdin goes to (-i N), unless stdin_all
     stdin_file = False
     stdin_fd: int | None = None
 
@@ -575,6 +670,7 @@ class StepIO:
         if target == "none":
             return
         self.stdin_all = target == "all"
+        self.stdin_task = int(target) if target.isdigit() else 0
         try:
             fd = sys.stdin.fileno()
             os.fstat(fd)
@@ -621,7 +717,8 @@ class StepIO:
             return
         except OSError:
             data = b""
-        frame = (io.STDIN if data else io.STDIN_EOF, io.ALL_TASKS if self.stdin_all else 0, data)
+        frame = (io.STDIN if data else io.STDIN_EOF, io.ALL_TASKS if self.stdin_all else self.stdin_task,
+                 data)
         if not data:
             if self.stdin_file:
                 self.stdin_file = False
@@ -635,21 +732,10 @@ class StepIO:
             self.pending_bytes += len(data)
 
 
-def _fmt_ids(ids: list[int]) -> str:
-    ids = sorted(ids)
-    parts, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        parts.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ",".join(parts)
-
-
 def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
-                 lost_nodes: set[str]) -> int:
-    """Print Slurm's per-node failure lines; return srun's exit code."""
+                 lost_nodes: set[str], printed: set[int] | None = None) -> int:
+    """Print Slurm's per-node failure lines (not those of the tasks in ``printed``: already
+    reported); return srun's exit code."""
     import signal as sigmod
     groups: dict[tuple[str, str], list[int]] = {}
     code = 0
@@ -658,7 +744,11 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
         node = task_node.get(t, "?")
         if e is None:
             continue
-        if e.get("oom"):  # the OOM killer struck in the task's cgroup (Slurm's SIG_OOM)
+        if isinstance(e.get("launch_error"), str):  # never ran: its container did not start
+            if not printed or t not in printed:
+                sys.stderr.write(f"srun: error: task {t} launch failed: {e['launch_error']}\n")
+            code = max(code, e.get("exit_code") or 1)
+        elif e.get("oom"):  # the OOM killer struck in the task's cgroup (Slurm's SIG_OOM)
             groups.setdefault((node, "Out Of Memory"), []).append(t)
             code = max(code, e.get("exit_code") or 128 + (e.get("signal") or 9))
         elif e.get("signal"):
@@ -669,14 +759,83 @@ def report_exits(exits: dict[int, dict], task_node: dict[int, str], ntasks: int,
             groups.setdefault((node, f"Exited with exit code {e['exit_code']}"), []).append(t)
             code = max(code, e["exit_code"])
     for (node, what), tids in groups.items():
+        tids = [t for t in tids if not printed or t not in printed]
+        if not tids:
+            continue
         word = "task" if len(tids) == 1 else "tasks"
-        sys.stderr.write(f"srun: error: {node}: {word} {_fmt_ids(tids)}: {what}\n")
+        sys.stderr.write(f"srun: error: {node}: {word} {int_ranges(tids)}: {what}\n")
     if lost_nodes:
         code = max(code, 1)  # "Node failure on X" was printed when the node was lost
     missing = [t for t in range(ntasks) if t not in exits]
     if missing and not lost_nodes:
         code = max(code, 1)
     return code
+
+
+def wait_secs(value, env: Mapping[str, str]) -> int | None:
+    """``-W/--wait=N``, else SLURM_WAIT: the seconds the step may go on once its first task
+    has exited (None or 0: until every task has exited). Slurm's message for a bad value."""
+    if value is None:
+        value = env.get("SLURM_WAIT")
+        if value is None:
+            return None
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise _err(f'Invalid numeric value "{value}" for --wait.')
+    return int(text) or None
+
+
+def _task_states(exits: dict[int, dict], ntasks: int) -> list[tuple[str, list[int]]]:
+    """Each task's state as srun reports it when it gives up on a step, in Slurm's order:
+    still running, exited abnormally (a non-zero code or a signal), exited."""
+    groups: dict[str, list[int]] = {"running": [], "exited abnormally": [], "exited": []}
+    for t in range(ntasks):
+        e = exits.get(t)
+        if e is None:
+            groups["running"].append(t)
+        elif e.get("exit_code") or e.get("signal") or e.get("oom"):
+            groups["exited abnormally"].append(t)
+        else:
+            groups["exited"].append(t)
+    return [(what, tids) for what, tids in groups.items() if tids]
+
+
+class _FirstExitWait:
+    """``srun -W N``: N seconds after the step's first task exits, the tasks still running
+    are killed, with Slurm's lines: how long ago, each task's state, the termination and
+    how long srun waits for the step to end (KillWait + 2, as Slurm says it). The failures of
+    the tasks that had already exited are printed then (Slurm prints them as they happen),
+    so the final report leaves out the ``reported`` ones' lines (not their exit codes)."""
+
+    def __init__(self, secs: int | None, kill_wait: int):
+        self.secs, self.kill_wait = secs, kill_wait
+        self.first: float | None = None
+        self.reported: set[int] = set()
+
+    def task_exited(self) -> None:
+        if self.first is None:
+            self.first = time.monotonic()
+
+    def due(self) -> bool:
+        return (self.secs is not None and self.first is not None
+                and time.monotonic() - self.first >= self.secs)
+
+    def terminate(self, sio: StepIO, step: str, ntasks: int) -> None:
+        exits = dict(sio.exits)
+        for t in exits:
+            sio._flush_task(t)
+        report_exits(exits, sio.task_node, ntasks, set())  # (its code: the final report's)
+        self.reported = set(exits)
+        lines = [f"srun: First task exited {self.secs}s ago"]
+        for what, tids in _task_states(exits, ntasks):
+            word = "task" if len(tids) == 1 else "tasks"
+            lines.append(f"srun: {step} {word} {int_ranges(tids)}: {what}")
+        lines += [f"srun: launch/slurm: _step_signal: Terminating {step}",
+                  f"srun: Job step aborted: Waiting up to {self.kill_wait + 2} seconds for "
+                  "job step to finish."]
+        sys.stderr.write("".join(ln + "\n" for ln in lines))
+        sys.stderr.flush()
+        sio.signal_tasks(signal.SIGKILL, abort=True)
 
 
 def _open_mode(value) -> str | None:
@@ -701,15 +860,17 @@ def _step_request(inv: Invocation, env: Mapping[str, str], inside: bool) -> dict
         "nodelist": r.get("nodelist"), "exclude": r.get("exclude"),
         "distribution": r.get("distribution") or env.get("SLURM_DISTRIBUTION") or "block",
         "overlap": _flag(s.get("overlap"), env, "SLURM_OVERLAP"),
+        # -O, else the allocation's SLURM_OVERCOMMIT: more tasks than CPUs (steplayout)
+        "overcommit": _flag(r.get("overcommit"), env, "SLURM_OVERCOMMIT"),
         "gpu_bind": r.get("gpu_bind") or env.get("SLURM_GPU_BIND"),
         "cpu_bind": s.get("cpu_bind") or os.environ.get("SLURM_CPU_BIND"),
         "argv": inv.argv, "cwd": r.get("work_dir"), "name": r.get("name"),
         "label": bool(s.get("label")),
         "open_mode": _open_mode(s.get("open-mode") or s.get("open_mode") or env.get("SLURM_OPEN_MODE")),
-        "output": _io_pattern(r.get("std_out")), "error": _io_pattern(r.get("std_err")),
-        "input": _io_pattern(r.get("std_in")), "umask": r.get("umask"),
+        "umask": r.get("umask"),
+        "relative": s.get("relative"),  # an int by now: _check_relative
     }
-    stdin = r.get("std_in")
+    stdin = _io_streams(step, r, os.environ)
     step["stdin_target"] = "all" if stdin == "all" else ("none" if stdin == "none" else
                                                          (int(stdin) if stdin and stdin.isdigit() else 0))
     if inside:
@@ -729,6 +890,80 @@ def _step_request(inv: Invocation, env: Mapping[str, str], inside: bool) -> dict
     if r.get("ntasks") is not None and r.get("nodes_min") is None and r.get("nodelist") is None and inside:
         step["nodes_min"] = None  # -n alone: as many nodes as needed, up to the allocation
     return step
+
+
+def _check_relative(inv: Invocation, env: Mapping[str, str], inside: bool) -> None:
+    """``-r/--relative=N``: the step's nodes start at node N of the allocation. Checked as
+    Slurm's srun does, with its messages: a number; only for a step of an existing
+    allocation; not with -w/-x; N plus the step's node count (-N, else the allocation's,
+    as srun reads it from SLURM_JOB_NUM_NODES) within the allocation. ``inv.srun["relative"]``
+    becomes the int the controller lays the step out from (muster.core.steplayout)."""
+    value = inv.srun.get("relative")
+    if value is None:
+        return
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > 1 << 20:
+        raise _err(f'Invalid numeric value "{value}" for --relative.')
+    if not inside:
+        raise CliExit(["srun: fatal: --relative option invalid for job allocation request"], 1)
+    if inv.req.get("nodelist") or inv.req.get("exclude"):
+        raise _err("-r,--relative not allowed with -w,--nodelist or -x,--exclude.")
+    rel = int(text)
+    alloc = _env_int(env, "SLURM_JOB_NUM_NODES", "SLURM_NNODES")
+    nodes, source = inv.req.get("nodes_min"), "--nodes"
+    if nodes is None:
+        nodes, source = alloc, "SLURM_JOB_NUM_NODES"
+    if alloc is not None and nodes is not None and rel + nodes > alloc:
+        raise _err(f"--relative and {source} option incompatible with count of allocated "
+                   f"nodes ({rel}+{nodes}>{alloc})")
+    inv.srun["relative"] = rel
+
+
+def _prepare_launch(inv: Invocation, env: Mapping[str, str], inside: bool) -> None:
+    """What the launch needs from srun's side, checked before any allocation is asked for:
+    ``--propagate``'s names (Slurm's two error lines, exit 1), srun's soft limits, and
+    ``--multi-prog``'s file — read here, as the user, and checked against the step's task
+    count (-n, else SLURM_NTASKS inside an allocation, else the file's highest task id + 1,
+    which then becomes the request's -n). Results go into ``inv.srun``."""
+    from muster.common import rlimits
+    given = dict(inv.given)
+    if "propagate" in given:
+        spec = given["propagate"]
+        try:
+            rlimits.parse_list(spec)
+        except ValueError as exc:
+            raise CliExit([f"srun: error: {exc}", f"srun: error: --propagate={spec} is not "
+                                                 "valid."], 1) from None
+        inv.srun["propagate"] = spec or "ALL"
+    limits = rlimits.capture()
+    inv.srun["rlimits"] = limits
+    inv.log.propagating(limits, 0, inv.req.get("umask") or 0)
+    if inv.srun.get("multi_prog"):
+        from muster.cli import multiprog
+        try:
+            text = multiprog.read(inv.argv[0])
+            ntasks = (inv.req.get("ntasks") or (_env_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
+                                                if inside else None)
+                      or multiprog.task_count(text))
+            inv.srun["task_argv"] = multiprog.parse(text, inv.argv[0], ntasks)
+        except multiprog.MultiProgError as exc:
+            raise CliExit([f"srun: error: {ln}" for ln in str(exc).split("\n")], 1) from None
+        inv.req["ntasks"] = ntasks
+
+
+def _launch_extras(step: dict, inv: Invocation) -> None:
+    """The step request's launch-side fields: each task's argv (--multi-prog), the user's
+    --task-prolog/--task-epilog (run as the user by the step daemon), the soft limits and
+    --propagate's choice (None: slurm.conf's, applied by the controller)."""
+    s = inv.srun
+    if s.get("task_argv"):
+        step["task_argv"] = [s["task_argv"][t] for t in range(len(s["task_argv"]))]
+        step["ntasks"] = len(s["task_argv"])
+    for key in ("task_prolog", "task_epilog"):
+        if isinstance(s.get(key), str):
+            step[key] = s[key]
+    step["rlimits"] = s.get("rlimits") or {}
+    step["propagate"] = s.get("propagate")
 
 
 def _terminal_size(fd: int) -> tuple[int, int] | None:
@@ -798,33 +1033,49 @@ def _setup_pty(step: dict, step_env: dict):
     if term is None or size is None:  # (no size: no terminal)
         sys.stderr.write("srun: error: Not using a pseudo-terminal, disregarding --pty option\n")
         return None, None
-    step.update(pty=True, stdin_target=0, output=None, error=None, input=None)
+    step.update(pty=True, stdin_target=0, output=None, error=None, input=None, output_task=None,
+                error_task=None)
     step_env["SLURM_PTY_WIN_ROW"], step_env["SLURM_PTY_WIN_COL"] = map(str, size)
     return term, size
 
 
 def _io_pattern(value: str | None) -> str | None:
-    if value is None or value in ("all", "none") or value.isdigit():
+    """A -o/-e/-i value as a file pattern for the step daemon: ``none`` is /dev/null (for
+    -o/-e; -i none is no stdin at all), ``all`` and task ids are srun's own routing."""
+    if value == "none":
+        return "/dev/null"
+    if value is None or value == "all" or value.isdigit():
         return None
     return value
+
+
+def _io_streams(step: dict, r: dict, env: Mapping[str, str]) -> str | None:
+    """Fill the step's -o/-e/-i from the options, else srun's input variables
+    SLURM_STDOUTMODE/SLURM_STDERRMODE/SLURM_STDINMODE. A task id for -o/-e sends only that
+    task's stream to srun (the others' to /dev/null), as Slurm; returns -i's value."""
+    out = r.get("std_out") or env.get("SLURM_STDOUTMODE") or None
+    err = r.get("std_err") or env.get("SLURM_STDERRMODE") or None
+    stdin = r.get("std_in") or env.get("SLURM_STDINMODE") or None
+    step["output"], step["error"] = _io_pattern(out), _io_pattern(err)
+    step["input"] = None if stdin == "none" else _io_pattern(stdin)
+    for key, value in (("output_task", out), ("error_task", err)):
+        if value is not None and value.isdigit():
+            step[key] = int(value)
+    return stdin
 
 
 def _main() -> int:
     env = dict(os.environ)
     inv = parse(sys.argv[1:], env, os.getcwd())
-    if inv.flags.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if inv.flags.get("help") or inv.srun.get("usage"):
-        print("Usage: srun [OPTIONS(0)... [executable(0) [args(0)...]]]\n"
-              "See the Slurm srun documentation; Muster accepts the same options.")
-        return 0
     if not inv.argv:
         raise _err("No command given to execute.")
     quiet = bool(inv.flags.get("quiet"))
     given = inv.srun.get("jobid") or env.get("SLURM_JOB_ID") or env.get("SLURM_JOBID")
     inside = given is not None
+    inv.log.level = 0 if quiet else int(inv.flags.get("verbose") or 0)
+    inv.log.options(inv.given)
+    _prepare_launch(inv, env, inside)
+    _check_relative(inv, env, inside)
     job_id = 0  # the allocation's id: given (inside one), else allocated below
     if inside:
         jid = str(given).split("_")[0].split(".")[0]
@@ -838,24 +1089,34 @@ def _main() -> int:
     if export:
         from muster.cli.jobopts import build_export_env
         step_env = build_export_env(export, env)
+    step_env["SRUN_DEBUG"] = str(3 + inv.log.level - quiet)  # srun's log level, as Slurm's tasks see it
     ctl = Controller()
     own_allocation = False
     from muster.common.errors import RequestError
     if not inside:
+        if inv.req.get("ntasks") is None:  # srun's input variables for -n (env.md §2)
+            inv.req["ntasks"] = _env_int(env, "SLURM_NTASKS", "SLURM_NPROCS")
+        inv.req["overcommit"] = _flag(inv.req.get("overcommit"), env, "SLURM_OVERCOMMIT")
         req = dict(inv.req)
         if not req.get("name"):
             req["name"] = os.path.basename(inv.argv[0])
         req["argv"] = inv.argv
         req["command"] = inv.argv[0]
         req["submit_dir"] = os.getcwd()
+        immediate = immediate_secs(inv.srun.get("immediate"), PROG)
         try:
-            job_id = ctl.call({"op": "allocate", "job": req})["job_id"]
+            reply = ctl.call(allocate_msg(req, immediate))
         except RequestError as exc:
             if exc.code == "invalid_partition":
                 sys.stderr.write(f"srun: error: invalid partition specified: {req.get('partition')}\n")
+            if exc.detail:
+                sys.stderr.write(f"srun: error: {exc.detail}\n")
             raise _err(f"Unable to allocate resources: {exc.message}") from None
+        job_id = reply["job_id"]
+        if reply.get("busy"):  # --immediate: the controller could not start it (job FAILED)
+            raise _err(f"Unable to allocate resources: {reply['busy']}")
         own_allocation = True
-        job = _wait_allocation(ctl, job_id, quiet)
+        job = _wait_allocation(ctl, job_id, quiet, immediate)
         if job is None:
             return 1
     code = 1
@@ -873,13 +1134,50 @@ def _main() -> int:
     return code
 
 
-def _wait_allocation(ctl, job_id: int, quiet: bool):
+def immediate_secs(value, prog: str) -> int | None:
+    """``-I/--immediate[=secs]`` → None (not asked, or 0), 0 (bare: start now or never), or
+    the seconds to wait pending before giving up. Slurm's message for a bad value."""
+    if value is None or value is True:
+        return None if value is None else 0
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        raise CliExit([f'{prog}: error: Invalid numeric value "{value}" for immediate.'], 1)
+    return int(text) or None
+
+
+def allocate_msg(req: dict, immediate: int | None) -> dict:
+    """The allocate request; a bare --immediate asks the controller to start it at once or
+    end it (muster.controller.handlers._start_at_once)."""
+    msg: dict[str, object] = {"op": "allocate", "job": req}
+    if immediate == 0:
+        msg["immediate"] = True
+    return msg
+
+
+def give_up_pending(ctl, job_id: int) -> None:
+    """--immediate=N ran out: cancel the still pending allocation (CANCELLED by its user,
+    as Slurm records it) so that nothing is left in the queue."""
+    try:
+        ctl.call({"op": "release_alloc", "job_id": job_id, "exit_code": 0, "signal": 0})
+    except Exception:
+        pass  # the lease ends with this connection anyway
+
+
+def _wait_allocation(ctl, job_id: int, quiet: bool, immediate: int | None = None):
+    """Wait for the allocation to start; with ``immediate`` seconds, give it up (cancelled)
+    when it is still pending then, with Slurm's "Requested nodes are busy"."""
     queued = False
+    give_up = time.monotonic() + immediate if immediate else None
     while True:
         # a first short, silent wait: on an idle cluster the allocation comes within ms
-        reply = ctl.call({"op": "wait_alloc", "job_id": job_id, "timeout": 30 if queued else 0.5},
-                         timeout=None)
+        wait = 30.0 if queued else 0.5
+        if give_up is not None:
+            wait = max(0.0, min(wait, give_up - time.monotonic()))
+        reply = ctl.call({"op": "wait_alloc", "job_id": job_id, "timeout": wait}, timeout=None)
         job = reply["job"]
+        if job["state"] == "PENDING" and give_up is not None and time.monotonic() >= give_up:
+            give_up_pending(ctl, job_id)
+            raise _err("Unable to allocate resources: Requested nodes are busy")
         if job["state"] == "RUNNING":
             if queued and not quiet:
                 sys.stderr.write(f"srun: job {job_id} has been allocated resources\n")
@@ -911,7 +1209,9 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
               "SLURM_TASK_PID", "SLURM_GTIDS", "SLURM_STEP_NODELIST", "SLURM_STEP_NUM_NODES",
               "SLURM_STEP_NUM_TASKS", "SLURM_STEP_TASKS_PER_NODE"):
         step_env.pop(k, None)
+    step_env.update(inv.env_extra)  # --container*: this step's container, not the job's
     step["env"] = step_env
+    _launch_extras(step, inv)
     sio = StepIO(label, 1, bool(s.get("unbuffered")) or term is not None, _io_address(ctl.sock))
     step["io_port"] = sio.port
     delay = 0.05
@@ -935,17 +1235,25 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
     if announced and not quiet:
         sys.stderr.write(f"srun: Step created for StepId={job_id}.{reply['step_id']}\n")
     ntasks = reply["ntasks"]
+    if reply.get("job_cpus"):
+        inv.log.allocated(job_id, reply["job_nodes"], reply["job_cpus"])
+    inv.log.launching(job_id, reply["step_id"], reply["layout"], step.get("cpu_bind"))
     sio.width = len(str(max(0, ntasks - 1)))
     sio.set_step(job_id, reply)
     sio.attach_stdin("none" if stdin_target == "none" or step.get("input") else
-                     ("all" if stdin_target == "all" else "0"))
+                     ("all" if stdin_target == "all" else str(stdin_target)))
     state = {"last_int": 0.0, "killed": False}
 
+    watch = _FirstExitWait(wait_secs(s.get("wait"), os.environ), reply.get("kill_wait") or 30)
+
     def on_exit(task, e):
+        inv.log.exited(f"{job_id}.{reply['step_id']}", sio.task_node.get(task, "?"), task, e)
+        watch.task_exited()
         if kill_bad and (e.get("exit_code") or e.get("signal")) and not state["killed"]:
             state["killed"] = True
             sio.signal_tasks(signal.SIGKILL)
     sio.on_exit = on_exit
+    sio.on_start = inv.log.started
 
     pending_signals: list[int] = []
 
@@ -974,7 +1282,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 sio.signal_tasks(signal.SIGKILL)
 
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
-    next_check = 0.0
+    next_check = next_lease_check = 0.0
     if term is not None:
         term.raw()  # restored below, or by _main's finally whatever happens
     while not sio.finished():
@@ -1004,8 +1312,9 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
         if sio.suspect and time.time() >= next_check:
             # a node's stream broke: only the controller decides whether the node failed
             next_check = time.time() + 0.5
-            try:
-                st = ctl.call({"op": "step_status", "job_id": job_id, "step_id": reply["step_id"]})
+            try:  # (no riding out a restart here: the loop must go on; keep_lease does)
+                st = ctl.call({"op": "step_status", "job_id": job_id, "step_id": reply["step_id"]},
+                              retry=0)
             except Exception:
                 st = {"running": True, "down_nodes": []}
             for n in st.get("down_nodes", []):
@@ -1014,13 +1323,19 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 sio.lost_nodes |= sio.suspect - sio.done_nodes
                 break
         report_lost()
+        if time.time() >= next_lease_check:
+            next_lease_check = time.time() + 0.5
+            ctl.keep_lease()
+        if watch.due() and not state["killed"] and not sio.finished():
+            state["killed"] = True
+            watch.terminate(sio, f"StepId={job_id}.{reply['step_id']}", ntasks)
     report_lost()
     for t in list(sio.task_node):
         sio._flush_task(t)
     sys.stdout.flush()
     if term is not None:
         term.restore()
-    return report_exits(sio.exits, sio.task_node, ntasks, sio.lost_nodes)
+    return report_exits(sio.exits, sio.task_node, ntasks, sio.lost_nodes, watch.reported)
 
 
 def main() -> None:

@@ -13,17 +13,19 @@ from muster.cli.client import call, run_main
 from muster.cli.getopt import REQUIRED, CliExit, GetoptParser, OptSpec
 
 PARSER = GetoptParser("sshare", [
-    OptSpec("a", "all"), OptSpec("A", ("accounts", "account"), REQUIRED), OptSpec("h", "help"),
+    OptSpec("a", "all"), OptSpec("A", ("accounts", "account"), REQUIRED),
+    OptSpec("e", "helpformat"), OptSpec("h", "help"),
     OptSpec(None, "usage"), OptSpec("l", "long"), OptSpec("m", "partition"),
     OptSpec("M", "cluster", REQUIRED), OptSpec("n", "noheader"), OptSpec("o", "format", REQUIRED),
     OptSpec("p", "parsable"), OptSpec("P", "parsable2"), OptSpec("U", "Users"),
     OptSpec("u", ("users", "user"), REQUIRED), OptSpec("v", "verbose", action="count"),
     OptSpec("V", "version"), OptSpec(None, "json"), OptSpec(None, "yaml"),
-], exit_code=1)
+], exit_code=1, info="first")
 
 RUN_MINS = "cpu=0,mem=0,energy=0,node=0,billing=0,fs/disk=0,vmem=0,pages=0"
 COLS = {
-    "account": ("Account", -20), "user": ("User", 10), "rawshares": ("RawShares", 10),
+    "account": ("Account", -20), "cluster": ("Cluster", 10), "user": ("User", 10),
+    "rawshares": ("RawShares", 10),
     "normshares": ("NormShares", 11), "rawusage": ("RawUsage", 11), "normusage": ("NormUsage", 11),
     "effectvusage": ("EffectvUsage", 13), "fairshare": ("FairShare", 10), "levelfs": ("LevelFS", 10),
     "grptresmins": ("GrpTRESMins", 30), "tresrunmins": ("TRESRunMins", 30),
@@ -39,7 +41,7 @@ def cells(r: dict, parsable: bool) -> dict:
     acct = r["account"] if parsable else " " * r["depth"] + r["account"]
     lfs = r.get("level_fs")
     return {
-        "account": acct, "user": r["user"],
+        "account": acct, "cluster": r.get("cluster") or "", "user": r["user"],
         "rawshares": "" if root else ("parent" if r["raw_shares"] == -1 else str(r["raw_shares"])),
         "normshares": f"{0.0 if root else r['norm_shares']:.6f}",
         "rawusage": str(int(round(r["raw_usage"]))),
@@ -51,6 +53,14 @@ def cells(r: dict, parsable: bool) -> dict:
     }
 
 
+def help_fields() -> str:
+    """``-e``: the field names ``-o`` accepts, in sshare's layout (alphabetical, four to a
+    line, each padded to 17 and followed by a space)."""
+    names = sorted(title for title, _ in COLS.values())
+    return "".join(" ".join(f"{n:<17}" for n in names[i:i + 4]) + "\n"
+                   for i in range(0, len(names), 4))
+
+
 def _cell(v: str, w: int) -> str:
     width = abs(w)
     if len(v) > width:
@@ -60,17 +70,15 @@ def _cell(v: str, w: int) -> str:
 
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help") or opts.get("usage"):
-        print("Usage: sshare [-a] [-A accounts] [-l] [-n] [-p|-P] [-u users] [-U] [-v] [-V]")
+    if opts.get("helpformat"):
+        sys.stdout.write(help_fields())
         return 0
     if operands:
         raise CliExit([f"sshare: error: Unrecognized option: {operands[0]}"], 1)
     reply = call({"op": "sshare"})
     rows = reply["rows"]
+    for r in rows:
+        r["cluster"] = reply.get("cluster") or ""
     users = set(opts["users"].split(",")) if opts.get("users") else None
     if users and "all" in users:
         users, opts["all"] = None, True

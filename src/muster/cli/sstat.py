@@ -10,7 +10,9 @@ get steps for job N``, a job with nothing running ``no steps running for job N``
 step that is not running prints nothing (Slurm logs it at debug level only).
 
 The figures are the latest sample of each node (JobAcctGatherFrequency), aggregated by the
-controller (muster.controller.usage); the layout is muster.cli.fmt_usage's.
+controller (muster.controller.usage); the layout is muster.cli.fmt_usage's. ``-i`` prints
+JobID, Nodelist and Pids (the step's processes a node's latest sample saw, comma-separated)
+once per node of each step.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from muster.cli.getopt import REQUIRED, CliExit, GetoptParser, OptSpec
 
 PARSER = GetoptParser("sstat", [
     OptSpec("a", "allsteps"), OptSpec("e", "helpformat"), OptSpec("h", "help"),
+    OptSpec("i", "pidformat"),
     OptSpec("j", "jobs", REQUIRED, action="append"), OptSpec("n", "noheader"),
     OptSpec("o", ("format", "fields"), REQUIRED, action="append"),
     OptSpec(None, "noconvert"), OptSpec("p", "parsable"), OptSpec("P", "parsable2"),
     OptSpec(None, "usage"), OptSpec("v", "verbose", action="count"), OptSpec("V", "version"),
-], exit_code=1, hint=False)
+], exit_code=1, hint=False, info="last")
 
 DEFAULT_FIELDS = (
     "jobid,maxvmsize,maxvmsizenode,maxvmsizetask,avevmsize,maxrss,maxrssnode,maxrsstask,"
@@ -48,12 +51,23 @@ def _jobid(row, u, c):
     return f"{row['job_id']}.{row['step_id']}"
 
 
+def _pids(row, u, c) -> str:
+    """Slurm's Pids: the process ids of the row's nodes at their latest sample, node by
+    node in node-list order, all comma-separated (``-i`` rows have one node each)."""
+    pids = row.get("pids") or {}
+    if not pids:
+        return ""
+    from muster.common.hostlist import expand
+    return ",".join(str(p) for node in expand(row.get("node_list") or "")
+                    for p in pids.get(node) or [])
+
+
 # Slurm's field table, in its order (a requested prefix matches the first name it starts)
 _OWN = {
     "AveCPUFreq": (10, _fixed("0")), "JobID": (-12, _jobid),
     "Nodelist": (20, lambda row, u, c: row.get("node_list") or ""),
     "NTasks": (8, lambda row, u, c: str(row.get("ntasks") or 0)),
-    "Pids": (20, lambda row, u, c: ""),
+    "Pids": (20, _pids),
     "ReqCPUFreq": (10, lambda row, u, c: "Unknown"),
     "ReqCPUFreqMin": (13, lambda row, u, c: "Unknown"),
     "ReqCPUFreqMax": (13, lambda row, u, c: "Unknown"),
@@ -164,6 +178,18 @@ def _error(res: dict) -> str | None:
     return ERRORS[code].format(job=job, step=step)
 
 
+PID_FIELDS = "jobid,nodelist,pids"  # -i/--pidformat, before any -o fields
+
+
+def by_node(rows: list[dict]) -> list[dict]:
+    """-i/--pidformat: one line per node of each step, as Slurm lists a step's processes
+    node by node: Pids are that node's processes at its latest sample (empty before the
+    first one); the usage fields stay empty, as Slurm leaves them in this mode."""
+    from muster.common.hostlist import expand
+    return [{k: v for k, v in r.items() if k != "usage"} | {"node_list": node}
+            for r in rows for node in expand(r.get("node_list") or "")]
+
+
 def _help_fields() -> str:
     out = []
     for i, name in enumerate(_NAMES):
@@ -173,23 +199,13 @@ def _help_fields() -> str:
 
 def _main() -> int:
     opts, operands = PARSER.parse_into(sys.argv[1:])
-    if opts.get("version"):
-        from muster import SLURM_COMPAT_VERSION
-        print(f"slurm {SLURM_COMPAT_VERSION} (muster)")
-        return 0
-    if opts.get("help"):
-        print("Usage: sstat [options] -j <job(.stepid)>\n"
-              "  -a, --allsteps   -e, --helpformat   -j, --jobs   -n, --noheader\n"
-              "  --noconvert      -o, --format       -p, --parsable   -P, --parsable2")
-        return 0
     if opts.get("helpformat"):
         sys.stdout.write(_help_fields())
         return 0
-    if opts.get("usage"):
-        print("Usage: sstat [options] -j <job(.stepid)>\n\tUse --help for help")
-        return 0
     items = parse_jobs((opts.get("jobs") or []) + operands[:1])
-    fields = parse_fields(",".join(opts.get("format") or [DEFAULT_FIELDS]))
+    pidformat = bool(opts.get("pidformat"))
+    fields = parse_fields(",".join(([PID_FIELDS] if pidformat else [])
+                                   + (opts.get("format") or ([] if pidformat else [DEFAULT_FIELDS]))))
     if not items:
         raise CliExit(["sstat: error: You didn't give me any jobs to stat."], 1)
     reply = call({"op": "sstat", "steps": items, "all_steps": bool(opts.get("allsteps"))})
@@ -201,6 +217,8 @@ def _main() -> int:
         msg = _error(res)
         if msg:
             errors.append(f"sstat: error: {msg}")
+    if pidformat:
+        rows = by_node(rows)
     sys.stdout.write(render(rows, fields, parsable=bool(opts.get("parsable")),
                             parsable2=bool(opts.get("parsable2")),
                             noheader=bool(opts.get("noheader")),

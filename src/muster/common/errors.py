@@ -59,6 +59,7 @@ CODES: dict[str, tuple[str, int]] = {
     "eagain": ("Resource temporarily unavailable", 503),
     "invalid_nice": ("Invalid --nice value", 400),  # ESLURM_INVALID_NICE
     "invalid_node_count": ("Node count specification invalid", 400),
+    "nodes_busy": ("Requested nodes are busy", 409),  # ESLURM_NODES_BUSY (--immediate)
     "bad_task_count": ("Task count specification invalid", 400),
     "invalid_cpu_count": ("CPU count specification invalid", 400),
     "invalid_group": ("Invalid group id", 403),  # ESLURM_GROUP_ID_MISSING
@@ -68,6 +69,8 @@ CODES: dict[str, tuple[str, int]] = {
     "no_default_partition": ("No partition specified or system default partition", 400),
     "internal": ("Unexpected controller error", 500),
     "connect": ("Unable to contact slurm controller (connect failure)", 503),
+    # a standby controller's answer to all but ping/takeover: clients try the next one
+    "in_standby_mode": ("Slurm backup controller in standby mode", 503),
 }
 
 

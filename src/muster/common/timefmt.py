@@ -315,5 +315,7 @@ def fmt_iso(ts: int | None, unset: str = "Unknown") -> str:
 
 
 def fmt_ctime(ts: int) -> str:
-    """ctime-style line printed by ``squeue -l``/``sinfo -l``: ``Sun Nov 29 17:15:39 2026``."""
-    return time.asctime(time.localtime(ts))
+    """ctime-style line printed by ``squeue -l``/``sinfo -l``: ``Sun Nov 29 17:15:39 2026``,
+    the day of the month zero-padded (``Sun Dec 06``), as Slurm's strftime pattern prints
+    it (asctime would space-pad it)."""
+    return time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(ts))

@@ -8,7 +8,9 @@ the core's views (QosView, AssocView, fair-share factors).
 
 Backwards compatibility: until an administrator adds an account, the known accounts are
 ``root`` (root's default) and ``default`` (everyone else's) and any user may submit, as
-before sacctmgr existed. Once accounts exist and ``AccountingStorageEnforce`` contains
+before sacctmgr existed; ``-A`` may then name any account (recorded as given), as Slurm
+accepts one when ``AccountingStorageEnforce`` lacks ``associations`` — with it, only those
+two. Once accounts exist and ``AccountingStorageEnforce`` contains
 ``associations`` (or ``limits``/``qos``/``safe``, which imply it), a user needs an
 association to submit; ``-A`` defaults to the user's default account.
 
@@ -101,13 +103,20 @@ class Accounts:
         # are the implicit tree's users, whether or not they have usage yet
         self.known: set[tuple[str, str]] = set()
         self.generation = 0
+        self.configure(cfg)
+        self._load()
+
+    def configure(self, cfg) -> None:
+        """What is derived from slurm.conf (AccountingStorageEnforce, the decay half-life):
+        at start and on ``scontrol reconfigure`` (muster.controller.reconfig)."""
+        self.cfg = cfg
         enf = {e.lower() for e in getattr(cfg, "accounting_storage_enforce", ()) or ()}
         if enf & {"limits", "qos", "safe"}:
             enf.add("associations")
         if "safe" in enf:
             enf.add("limits")
         self.enforce = frozenset(enf)
-        self._load()
+        self.ledger.half_life = self.half_life
 
     # ---- loading -----------------------------------------------------------------------
     def _load(self) -> None:
@@ -243,7 +252,8 @@ class Accounts:
         enforce_assoc = "associations" in self.enforce and self.configured
         if not self.configured:
             account = account or ("root" if uid == 0 else "default")
-            if account not in self:
+            # without associations to enforce, Slurm takes any account name as given
+            if account not in self and "associations" in self.enforce:
                 raise RequestError(None, "invalid_account")
         else:
             if not account:
@@ -479,9 +489,9 @@ class Accounts:
     def _track(self, j) -> None:
         if j.holds_resources and j.alloc and not j.completing and j.start_time is not None:
             if j.job_id not in self.tracked:
-                cpus = sum(a["cpus"] for a in j.alloc)
-                mem = sum(a["mem"] for a in j.alloc)
-                gpus = sum(len(a["gpus"]) for a in j.alloc)
+                cpus = sum(a.cpus for a in j.alloc)
+                mem = sum(a.mem for a in j.alloc)
+                gpus = sum(len(a.gpus) for a in j.alloc)
                 tres = {"cpu": cpus, "mem": mem, "node": len(j.alloc), "gres/gpu": gpus}
                 self.tracked[j.job_id] = (j.restarts, j.start_time, tres, j.partition,
                                           j.account, j.user, j.qos)

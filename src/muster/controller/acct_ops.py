@@ -1,6 +1,6 @@
 """Controller operations for accounting and priorities: ``sacctmgr`` (accounts, users,
-associations, QOS), ``sprio``, ``sshare``, and advance reservations (``reservations``,
-``resv_create``, ``resv_update``, ``resv_delete``).
+associations, QOS), ``sprio``, ``sshare``, ``job_script`` (sacct -B/--env-vars), and advance
+reservations (``reservations``, ``resv_create``, ``resv_update``, ``resv_delete``).
 
 Changes are for operators (root, the cluster owner, MusterOperators) and are committed before
 the reply. Replies carry raw rows; the CLI lays them out (muster.cli.sacctmgr, sprio, sshare).
@@ -576,6 +576,43 @@ def _show_assocs(acc, cluster: str, ident: dict, wanted: set) -> list[dict]:
     return rows
 
 
+# ---- stored batch scripts and environments (sacct -B / --env-vars) --------------------------
+
+@op("job_script")
+def job_script(ctl, msg, uid, gid):
+    """The batch script (or, with ``env``, the submission environment as ``K=V`` lines) of
+    each job record ``job_ids`` name: a job, or every task of an array. Records of other
+    users are left out unless the caller is an operator, as slurmdbd narrows a script query
+    to the caller's own jobs: a script and its environment may hold secrets. ``text`` is None
+    for a job without a script (srun, salloc). Muster keeps every batch script, so no
+    AccountingStoreFlags is needed (docs/design.md)."""
+    ids = msg.get("job_ids") or []
+    if not ids:
+        raise _bad("Invalid request: job_script needs job_ids")
+    st = ctl.state
+    admin = ctl.is_admin(uid)
+    # the in-memory job where there is one (a pending array's tasks not yet split off it)
+    live = st.jobs
+    rows = [r for i in range(0, len(ids), 400)  # (the store's SQL takes each id twice)
+            for r in st.store.query_jobs(job_ids=list(ids[i:i + 400]))]
+    recs = [r if r["job_id"] not in live else
+            live[r["job_id"]].to_record() | {"script_id": live[r["job_id"]].script_id}
+            for r in {r["job_id"]: r for r in rows}.values()]
+    texts: dict[int, str | None] = {}  # by script id: an array's tasks share one
+    out = []
+    for r in recs:
+        if not admin and r.get("uid") != uid:
+            continue
+        sid = r.get("script_id") or r["job_id"]
+        if sid not in texts:
+            got = st.store.get_script(sid)
+            texts[sid] = None if got is None else (
+                "".join(f"{k}={v}\n" for k, v in got[1].items()) if msg.get("env") else got[0])
+        out.append({k: r.get(k) for k in ("job_id", "array_job_id", "array_task_id",
+                                          "array_task_str")} | {"text": texts[sid]})
+    return {"jobs": out}
+
+
 # ---- sprio / sshare ------------------------------------------------------------------------
 
 @op("sprio")
@@ -610,7 +647,7 @@ def sprio(ctl, msg, uid, gid):
                "fairshare": cfg.weight_fairshare, "jobsize": cfg.weight_jobsize,
                "partition": cfg.weight_partition, "qos": cfg.weight_qos,
                "tres": ",".join(f"{k}={v}" for k, v in cfg.weight_tres), "site": 1}
-    return {"rows": rows, "weights": weights, "now": t}
+    return {"rows": rows, "weights": weights, "now": t, "cluster": ctl.cfg.cluster_name}
 
 
 @op("sshare")
@@ -662,7 +699,8 @@ def sshare(ctl, msg, uid, gid):
                     "level_fs": None if r.level_fs == float("inf") else r.level_fs,
                     "is_root": r.account == "root" and not r.user and d(key) == 0})
     from muster.controller.state import identity
-    return {"rows": out, "user": identity(uid)["user"], "now": t}
+    return {"rows": out, "user": identity(uid)["user"], "now": t,
+            "cluster": ctl.cfg.cluster_name}
 
 
 # ---- reservations ----------------------------------------------------------------------------

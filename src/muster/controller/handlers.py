@@ -18,6 +18,7 @@ Invariants every handler keeps:
 
 from __future__ import annotations
 
+import grp
 import logging
 import signal as _signal
 import weakref
@@ -27,10 +28,11 @@ from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.controller.opspec import _int, _is_int, op
 from muster.controller.scheduling import FitChecker
 from muster.controller.state import identity, now
-from muster.controller.submit import build_job, check_types, expand_io_paths, submit_ids
+from muster.controller.submit import build_job, check_types, submit_ids
 from muster.lifecycle import events, jobfsm
-from muster.lifecycle import job as lifecycle
-from muster.model.job import PENDING, PUBLIC_NAMES, RUNNING, Job
+from muster.lifecycle.job import expand_io_paths
+from muster.model.alloc import NodeAlloc
+from muster.model.job import CANCELLED, PENDING, PUBLIC_NAMES, RUNNING, Job
 
 log = logging.getLogger("musterctld")
 
@@ -123,33 +125,70 @@ def submit(ctl, msg, uid, gid):
         st.jobs[job.job_id] = job
         st.save(job)
         st.event(job, "submitted", f"by uid {uid}")
+        ctl.diag.submitted(len(job.pending_tasks or ()) or 1)  # sdiag: each array task
     ctl.request_schedule()
     return {"job_id": job.job_id}
 
 
 # ---- queries -------------------------------------------------------------------------------
 
+def _withdrawn(j: Job) -> bool:
+    """A pending index of an array cancelled before it ever ran (split off its array by the
+    cancel). slurmctld only clears its bit in the array's record: squeue and scontrol show
+    it no more, in any state. Its record stays in the store, so sacct shows it CANCELLED."""
+    return (j.state == CANCELLED and j.array_task_id is not None and j.job_id != j.array_job_id
+            and not j.alloc and not j.restarts)
+
+
 def _select(ctl, msg) -> list[Job]:
+    """The live jobs a query names (``job_ids``: job or array ids), withdrawn array
+    indexes left out."""
     ids = msg.get("job_ids")
     jobs = ctl.state.jobs
     if ids:
         wanted = set()
-        out = []
         for i in ids:
             _int(i)
             wanted.add(i)
-        for j in jobs.values():
-            if j.job_id in wanted or (j.array_job_id in wanted):
-                out.append(j)
-        return out
-    return list(jobs.values())
+        return [j for j in jobs.values()
+                if (j.job_id in wanted or j.array_job_id in wanted) and not _withdrawn(j)]
+    return [j for j in jobs.values() if not _withdrawn(j)]
+
+
+def visible_partitions(ctl, uid: int) -> set[str] | None:
+    """The partitions ``uid`` sees without squeue's ``-a``: neither Hidden=YES nor closed to
+    all its groups by AllowGroups. None: every partition (root and operators). Not access
+    control (``-a`` shows the rest): it keeps the queue of partitions a user cannot or need
+    not use out of sight, as slurmctld does."""
+    if ctl.is_admin(uid):
+        return None
+    groups: set[str] | None = None
+    out = set()
+    for name, p in ctl.cfg.partitions.items():
+        if p.hidden:
+            continue
+        if p.allow_groups and "ALL" not in p.allow_groups:
+            if groups is None:
+                ident = identity(uid)
+                groups = {ident["group"]}
+                for g in ident["groups"]:
+                    try:
+                        groups.add(grp.getgrgid(g).gr_name)
+                    except KeyError:
+                        pass
+            if groups.isdisjoint(p.allow_groups):
+                continue
+        out.add(name)
+    return out
 
 
 @op("jobs")
 def jobs(ctl, msg, uid, gid):
     """Queue records. Optional: ``uids``, ``states`` (job states; COMPLETING matches jobs with
-    the completing flag) filter on the controller; ``fields`` projects each record to those
-    names (squeue's default formats need ~25 of ~90 fields: 5x less to encode and parse)."""
+    the completing flag) filter on the controller; ``hide`` leaves out jobs none of whose
+    partitions the caller sees (visible_partitions: squeue without -a); ``fields`` projects
+    each record to those names (squeue's default formats need ~25 of ~90 fields: 5x less to
+    encode and parse)."""
     sel = _select(ctl, msg)
     users = msg.get("uids")
     if users:
@@ -158,6 +197,9 @@ def jobs(ctl, msg, uid, gid):
     if states:
         want = set(states)
         sel = [j for j in sel if j.state in want or (j.completing and "COMPLETING" in want)]
+    if msg.get("hide"):
+        seen = visible_partitions(ctl, uid)
+        sel = [j for j in sel if seen is None or not seen.isdisjoint(j.partition.split(","))]
     fields = msg.get("fields")
     if fields is not None:
         if not isinstance(fields, list) or not all(isinstance(f, str) and f in _PUBLIC for f in fields):
@@ -226,8 +268,17 @@ def partitions(ctl, msg, uid, gid):
 
 @op("config")
 def config(ctl, msg, uid, gid):
-    items = list(ctl.cfg.raw.items())
-    return {"config": items, "now": now(), "path": ctl.cfg.path, "boot_time": ctl.state.boot_time}
+    """Every setting slurmctld reports, in its order, with the running configuration's
+    value or its default (muster.config.showconf: only those keys, never another line of
+    the file)."""
+    from muster import SLURM_COMPAT_VERSION
+    from muster.config.showconf import show_config_items
+    from muster.controller.diag import live_config
+    st = ctl.state
+    items = show_config_items(ctl.cfg, boot_time=st.boot_time, next_job_id=st.next_id,
+                              version=SLURM_COMPAT_VERSION)
+    items = live_config(ctl, items)  # SlurmctldDebug, DebugFlags as setdebug* left them
+    return {"config": items, "now": now(), "path": ctl.cfg.path, "boot_time": st.boot_time}
 
 
 @op("acct")
@@ -471,7 +522,7 @@ def _filtered(ctl, msg) -> list[Job]:
             continue
         if states and j.state not in states:
             continue
-        if nodes and not (nodes & {a["node"] for a in j.alloc}):
+        if nodes and not (nodes & {a.node for a in j.alloc}):
             continue
         if ids is not None and j.job_id not in ids and j.array_job_id not in ids:
             continue
@@ -486,11 +537,10 @@ def hold(ctl, msg, uid, gid):
     def check(job):
         _authorize(ctl, job, uid)
         _not_done(job)
-    with ctl.state.store.transaction():
+    t = now()
+    with ctl.applier.transaction():
         for job in _prepare(ctl, msg, check):
-            lifecycle.hold(job, admin=admin)
-            ctl.state.save(job)
-            ctl.state.event(job, "held", f"by uid {uid}")
+            ctl.applier.job(job, events.Hold(uid, admin), t)
     return {}
 
 
@@ -501,12 +551,10 @@ def release(ctl, msg, uid, gid):
         if job.hold == "admin" and not ctl.is_admin(uid):
             raise AccessDenied()
         _not_done(job)
-    with ctl.state.store.transaction():
+    t = now()
+    with ctl.applier.transaction():  # the scheduling pass is the machine's effect
         for job in _prepare(ctl, msg, check):
-            lifecycle.release(job, base_priority=1)
-            ctl.state.save(job)
-            ctl.state.event(job, "released", f"by uid {uid}")
-    ctl.request_schedule()
+            ctl.applier.job(job, events.Release(uid, base_priority=1), t)
     return {}
 
 
@@ -615,24 +663,12 @@ def update_node(ctl, msg, uid, gid):
     if reason is not None and len(reason) > 1024:
         raise RequestError("Reason too long (at most 1024 characters)", "invalid_request")
     user = identity(uid)["user"]
+    event = (events.NodeDrain(reason, user) if state == "DRAIN"
+             else events.NodeDown(reason, user) if state == "DOWN" else events.NodeResume())
     t = now()
-    with ctl.state.store.transaction():
+    with ctl.applier.transaction():  # one commit; a DOWN node's jobs fail in it
         for name in names:
-            node = ctl.state.nodes[name]
-            if state == "DRAIN":
-                node.drain = True
-            elif state == "DOWN":
-                ctl.node_failed(node, reason, user=user)
-            else:
-                node.drain = False
-                node.down = False
-            if state in ("DRAIN", "DOWN"):
-                node.reason, node.reason_user, node.reason_time = reason, user, t
-            else:
-                node.reason = node.reason_user = node.reason_time = None
-            ctl.state.store.put_node(name, node.admin_record())
-            ctl.state.event(None, f"node_{state.lower()}", reason or "", node=name)
-    ctl.request_schedule()
+            ctl.applier.node(ctl.state.nodes[name], event, t)
     return {}
 
 
@@ -640,12 +676,15 @@ def update_node(ctl, msg, uid, gid):
 
 @op("allocate")
 def allocate(ctl, msg, uid, gid):
-    """Create an allocation without a batch script. The connection it arrives on is its lease."""
+    """Create an allocation without a batch script. The connection it arrives on is its lease
+    (muster.controller.leases); ``lease: false`` makes one that no connection holds."""
     req = msg.get("job")
     if req is None:
         raise RequestError("job description must be an object", "invalid_request")
     st = ctl.state
     job = _new_job(ctl, req, uid, gid, script=None, env={}, batch=False)
+    conn = getattr(ctl, "current_conn", None)
+    job.leased = conn is not None and msg.get("lease") is not False
     with st.store.transaction():
         job.job_id = st.take_job_id()
         job.script_id = job.job_id
@@ -653,18 +692,39 @@ def allocate(ctl, msg, uid, gid):
         st.jobs[job.job_id] = job
         st.save(job)
         st.event(job, "submitted", f"allocation by uid {uid}")
-    conn = getattr(ctl, "current_conn", None)
-    if conn is not None and msg.get("lease") is not False:
-        jid = job.job_id
-
-        def lost_lease():
-            j = st.jobs.get(jid)
-            if j is not None and not j.terminal:
-                ctl.steps.release(j, j.uid, 0, 9) if j.state == RUNNING else _cancel_one(ctl, j, j.uid)
-                st.event(j, "lease_lost", "srun/salloc connection closed")
-        conn.on_close.append(lost_lease)
+        ctl.diag.submitted()
+    if job.leased:
+        ctl.steps.leases.hold(job.job_id, conn)
     ctl.request_schedule()
+    if msg.get("immediate"):
+        return _start_at_once(ctl, job.job_id, uid)
     return {"job_id": job.job_id}
+
+
+@op("lease")
+def lease(ctl, msg, uid, gid):
+    """srun/salloc re-attaches its allocation's lease to this connection, after its first
+    connection broke (a controller restart or take-over): leases.Leases.attach."""
+    job = ctl.state.jobs.get(_int(msg.get("job_id")))
+    if job is None:
+        raise InvalidJobId()
+    ctl.steps.leases.attach(job, uid, getattr(ctl, "current_conn", None))
+    return {"state": job.state}
+
+
+def _start_at_once(ctl, jid: int, uid: int) -> dict:
+    """srun/salloc --immediate: one scheduling pass now, as slurmctld tries an immediate
+    job at once. An allocation still pending after it ends FAILED (exit code 1, no nodes)
+    and the reply says why (``busy``: ESLURM_NODES_BUSY's errstr), so no job is left behind."""
+    ctl.schedule_once()
+    job = ctl.state.jobs.get(jid)
+    if job is None or job.state != PENDING:
+        return {"job_id": jid}
+    try:
+        ctl.applier.job(job, events.ReleaseAllocation(uid, 1, 0, immediate=True), now())
+    except jobfsm.Refused:
+        pass
+    return {"job_id": jid, "busy": RequestError(None, "nodes_busy").message}
 
 
 @op("wait_alloc")
@@ -752,9 +812,14 @@ def step_status(ctl, msg, uid, gid):
 def steps(ctl, msg, uid, gid):
     """Running job steps (scontrol show step, squeue -s), as slurmctld lists them: the batch
     step of every running batch job, then each srun step, by job and step id. ``job_ids``
-    (a job or array id each) filters. Records: docs/records.md, "Step info"."""
+    (a job or array id each) filters; when none of them is a job the controller still holds,
+    InvalidJobId (slurm_get_job_steps' answer), whereas a known job without steps gives an
+    empty list. Records: docs/records.md, "Step info"."""
     ids = set(msg.get("job_ids") or ())
     st = ctl.state
+    if ids and not any(_int(i) in st.jobs for i in ids) \
+            and not any(j.array_job_id in ids for j in st.jobs.values()):
+        raise InvalidJobId()
 
     def wanted(job) -> bool:
         return not ids or job.job_id in ids or job.array_job_id in ids
@@ -777,13 +842,13 @@ def _step_base(job: Job) -> dict:
 def _batch_step_info(job: Job) -> dict:
     """The batch step: the script's one task on the first node, with that node's share."""
     from muster.common.units import tres_string
-    a = next((a for a in job.alloc if a["node"] == job.batch_host), None) or {}
-    gpus = len(a.get("gpus") or ())
+    a = next((a for a in job.alloc if a.node == job.batch_host), None) \
+        or NodeAlloc(job.batch_host or "", 0, 0)
+    gpus = len(a.gpus)
     return {**_step_base(job), "step_id": "batch", "name": "batch", "state": RUNNING,
             "start_time": job.start_time, "node_list": job.batch_host, "num_nodes": 1,
-            "num_cpus": a.get("cpus", 0), "num_tasks": 1, "dist": None, "resv_ports": None,
-            "tres": tres_string(a.get("cpus", 0), a.get("mem", 0), 1, None,
-                                {"gres/gpu": gpus} if gpus else {}),
+            "num_cpus": a.cpus, "num_tasks": 1, "dist": None, "resv_ports": None,
+            "tres": tres_string(a.cpus, a.mem, 1, None, {"gres/gpu": gpus} if gpus else {}),
             "srun_host": None, "srun_pid": 0}
 
 
@@ -792,7 +857,7 @@ def _step_info(st, job: Job, step) -> dict:
     from muster.common.units import tres_string
     cpus = sum(ns.cpus for ns in step.layout.nodes)
     gpus = sum(len(ns.gpus) for ns in step.layout.nodes)
-    mem = sum(a.get("mem", 0) for a in job.alloc if a["node"] in step.nodes)
+    mem = sum(a.mem for a in job.alloc if a.node in step.nodes)
     return {**_step_base(job), "step_id": step.step_id, "name": step.name, "state": step.state,
             "start_time": step.start_time, "node_list": st.node_list_of(step.nodes),
             "num_nodes": len(step.nodes), "num_cpus": cpus, "num_tasks": step.ntasks,

@@ -1,8 +1,8 @@
 """The table of client operations: ``OPS`` (name -> handler) and the ``op`` decorator that fills
 it, behind the field-type check of ``REQUEST_FIELDS``.
 
-Below every module that defines operations (handlers, api_ops, acct_ops, usage), so none of
-them imports another to register; muster.controller.ops imports them all and is what the
+Below every module that defines operations (handlers, api_ops, acct_ops, usage, diag, ...), so
+none of them imports another to register; muster.controller.ops imports them all and is what the
 server dispatches through. A name registered twice raises at import.
 """
 
@@ -47,20 +47,24 @@ STEP = {"argv": [STR], "env": OBJ, "name": STR, "cwd": STR, "io_port": PORT,
         "stdin_target": STDIN, "output": STR, "error": STR, "input": STR, "open_mode": STR,
         "umask": MODE, "distribution": STR, "label": BOOL, "overlap": BOOL,
         "gpus_explicit": BOOL, "nodelist": STR, "exclude": STR, "srun_pid": ID, "srun_host": STR,
-        "gpu_bind": STR, "pty": BOOL}
+        "gpu_bind": STR, "pty": BOOL, "task_argv": [[STR]], "task_prolog": STR,
+        "task_epilog": STR, "propagate": STR, "rlimits": OBJ, "output_task": ID,
+        "error_task": ID}
 RESV = {"name": STR, "users": [STR], "accounts": [STR], "flags": [STR], "nodes": [STR],
         "partition": STR, "start": INT, "end": INT, "duration": INT, "node_cnt": INT,
         "tres": OBJ}
 
 REQUEST_FIELDS: dict[str, dict] = {
     "ping": {}, "nodes": {}, "config": {}, "dash": {}, "diag": {}, "sprio": {}, "sshare": {},
+    "reconfigure": {}, "topology": {},
     "submit": {"job": OBJ, "script": STR, "env": OBJ},
-    "allocate": {"job": OBJ, "lease": BOOL},
+    "allocate": {"job": OBJ, "lease": BOOL, "immediate": BOOL},
     "jobs": {"job_ids": [ID], "uids": [INT], "states": [STR], "fields": [STR], "rows": BOOL,
-             "events": BOOL},
+             "events": BOOL, "hide": BOOL},
     "partitions": {"name": STR},
     "acct": {"job_ids": [ID], "uids": [INT], "all_users": BOOL, "start": INT, "end": INT,
              "duplicates": BOOL},
+    "job_script": {"job_ids": [ID], "env": BOOL},
     "cancel": {"jobs": [JOB_REF], "steps": [STEP_REF], "filters": FILTERS, "signal": INT,
                "scope": STR},
     "hold": {"jobs": [JOB_REF], "user_hold": BOOL},
@@ -70,6 +74,7 @@ REQUEST_FIELDS: dict[str, dict] = {
     "update_node": {"nodes": [STR], "state": STR, "reason": STR},
     "wait_alloc": {"job_id": ID, "timeout": NUM},
     "release_alloc": {"job_id": ID, "exit_code": INT, "signal": INT},
+    "lease": {"job_id": ID},
     "step_create": {"job_id": ID, "step": STEP},
     "step_signal": {"job_id": ID, "signal": INT, "step_id": ID},
     "step_status": {"job_id": ID, "step_id": ID},
@@ -85,6 +90,7 @@ REQUEST_FIELDS: dict[str, dict] = {
     "resv_create": {"spec": RESV},
     "resv_update": {"spec": RESV},
     "resv_delete": {"name": STR},
+    "diag_reset": {}, "setdebug": {"level": INT}, "setdebugflags": {"add": [STR], "remove": [STR]},
 }
 
 

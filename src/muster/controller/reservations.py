@@ -31,6 +31,13 @@ def _flag_name(f: str) -> str:
     return f.split("=", 1)[0].upper()
 
 
+def _canon_flag(f: str) -> str:
+    """A flag as slurmctld keeps and shows it: its name in capitals (``maint`` → ``MAINT``),
+    a value (``PURGE_COMP=...``) as given."""
+    name, sep, value = f.partition("=")
+    return name.upper() + sep + value
+
+
 class Reservations:
     def __init__(self, store, cfg, state):
         self.store = store
@@ -64,7 +71,7 @@ class Reservations:
                 if j.state == "RUNNING" and j.time_limit is None:
                     end = None
                 if end is None or end > start:
-                    out.update(a["node"] for a in j.alloc)
+                    out.update(a.node for a in j.alloc)
         return out
 
     def _overlapping(self, start: int, end: int, skip: str | None = None) -> set[str]:
@@ -121,7 +128,7 @@ class Reservations:
             raise _err("Users or accounts must be specified")
         if name and name in self.resv:
             raise _err("Duplicate reservation name")
-        flags = [f for f in (spec.get("flags") or []) if f]
+        flags = [_canon_flag(f) for f in (spec.get("flags") or []) if f]
         for f in flags:
             if _flag_name(f) not in KNOWN_FLAGS:
                 raise _err(f"Invalid flag: {f}")
@@ -175,7 +182,7 @@ class Reservations:
         for key in ("users", "accounts", "flags"):
             op = spec.get(key + "_op")
             if spec.get(key) is not None:
-                vals = [v for v in spec[key] if v]
+                vals = [_canon_flag(v) if key == "flags" else v for v in spec[key] if v]
                 if op == "+":
                     rec[key] = list(dict.fromkeys(rec[key] + vals))
                 elif op == "-":

@@ -2,7 +2,8 @@
 
 * ``allocate``: an allocation without a batch script (srun standalone, salloc). The caller's
   connection is the allocation's lease: when it closes without ``release`` the allocation is
-  given back (Slurm uses InactiveLimit for the same purpose; a lease needs no timer).
+  given back (Slurm uses InactiveLimit for the same purpose; a lease needs no timer). After a
+  controller restart or take-over the client re-attaches it (``lease``; leases.py).
 * ``step_create``: lay a step out inside a running allocation (muster.core.steplayout), record
   it, and send it to all its nodes at once — every agent link is written in the same loop
   iteration, so a 256-node step costs one pass, not 256 round trips.
@@ -24,7 +25,10 @@ from muster.common import clock, cpubind
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
 from muster.common.hostlist import compress_counts, expand
 from muster.common.torchenv import user_env_for_step
+from muster.controller import step_orphans
+from muster.controller.leases import Leases
 from muster.core.steplayout import AllocNode, StepError, StepRequest, layout
+from muster.lifecycle import events, jobfsm
 from muster.model.job import PENDING, RUNNING, TERMINAL
 
 
@@ -64,6 +68,7 @@ class StepManager:
         self.ports_used: set[int] = set()
         self._next_port = lo
         self._limit_sent: set[tuple[int, int]] = set()  # (job, run): steps told of the limit
+        self.leases = Leases(ctl)  # who holds each srun/salloc allocation (leases.py)
 
     # ---- allocations -----------------------------------------------------------------------
     def notify(self, job) -> None:
@@ -92,70 +97,41 @@ class StepManager:
                     return self.ctl.state.jobs.get(job_id)
 
     def release(self, job, uid: int, exit_code: int, signal: int) -> None:
-        """srun/salloc gives its allocation back; the job ends with the command's status."""
-        from muster.lifecycle import job as lifecycle
-        st = self.ctl.state
+        """srun/salloc gives its allocation back; the job ends with the command's status
+        (``ReleaseAllocation``: at once, or when its last live step has reported)."""
         if job.uid != uid and not self.ctl.is_admin(uid):
             raise AccessDenied()
         if job.batch:
             raise RequestError("not an interactive allocation", "invalid_request")
-        if job.state == PENDING:
-            lifecycle.cancel_pending(job, by_uid=uid, now=clock.now())
-            st.save(job)
-            self.notify(job)
-            return
-        if job.state != RUNNING:
-            return
-        live = [s for s in self.steps.values() if s.job_id == job.job_id]
-        with st.store.transaction():
-            if live:
-                # steps still report (their daemons are finishing): end when the last one has
-                self.ctl.kill_running(job, final_state="COMPLETED" if not (exit_code or signal)
-                                      else "FAILED", by_uid=None, why="cancel")
-                job.exit_code, job.exit_signal = exit_code, signal
-                job.reason = "NonZeroExitCode" if exit_code else ("RaisedSignal" if signal else "None")
-                st.save(job)
-            else:
-                lifecycle.finish(job, exit_code=exit_code, signal=signal, timed_out=False,
-                                 now=clock.now())
-                st.release(job)
-                st.save(job)
-            st.event(job, "released", f"exit {exit_code}:{signal}")
-        self.ctl.request_schedule()
+        live = any(s.job_id == job.job_id for s in self.steps.values())
+        try:
+            self.ctl.applier.job(job, events.ReleaseAllocation(uid, exit_code, signal, live),
+                                 clock.now())
+        except jobfsm.Refused:
+            pass  # already ending or ended
 
     # ---- steps -----------------------------------------------------------------------------
     def create(self, job, uid: int, req: dict, io_host: str) -> dict:
+        """A new step of a running allocation (srun): lay its tasks out on the job's nodes
+        beside the steps already running, record it, send each node its ``launch_step``.
+        Returns what srun needs: the step id, the I/O stream's key, the layout."""
         st = self.ctl.state
-        if job.uid != uid and not self.ctl.is_admin(uid):
-            raise AccessDenied()
-        if job.state != RUNNING or job.completing:
-            if job.state in TERMINAL or job.completing:
-                raise RequestError(None, "already_done")
-            raise RequestError("Job is pending execution", "job_pending")
+        _check_may_step(self.ctl, job, uid)
         sreq = _step_request(req)
-        cpu_bind = _cpu_bind_spec(req)
-        affinity = "task/affinity" in [p.strip() for p in self.ctl.cfg.task_plugin.split(",")]
-        used_cpus: dict[str, int] = {}
-        used_gpus: dict[str, set] = {}
-        for s in self.steps.values():
-            if s.job_id != job.job_id or s.overlap:
-                continue
-            for ns in s.layout.nodes:
-                used_cpus[ns.node] = used_cpus.get(ns.node, 0) + ns.cpus
-                if ns.task_gpus is not None or req.get("gpus_explicit"):
-                    used_gpus.setdefault(ns.node, set()).update(ns.gpus)
-        alloc = [AllocNode(a["node"], a["cpus"], tuple(a["gpus"])) for a in job.alloc]
+        alloc = [AllocNode(a.node, a.cpus, tuple(a.gpus)) for a in job.alloc]
+        used_cpus, used_gpus = self._in_use(job, req)
         try:
-            lay = layout(alloc, used_cpus, {k: frozenset(v) for k, v in used_gpus.items()}, sreq)
+            lay = layout(alloc, used_cpus, used_gpus, sreq)
         except StepError as exc:
             code = "busy" if exc.code == "busy" else "bad_node_config"
             raise RequestError(exc.message, code) from None
+        extras = launch_fields(req, lay.ntasks, getattr(self.ctl.cfg, "raw", {}) or {})
         step_id = job.next_step_id
         job.next_step_id += 1
-        port = self._take_port()
         argv = req.get("argv") or []
         name = req.get("name") or (os.path.basename(argv[0]) if argv else "step")
-        step = Step(job.job_id, step_id, job.restarts, name, lay, port, sreq.overlap, uid)
+        step = Step(job.job_id, step_id, job.restarts, name, lay, self._take_port(), sreq.overlap,
+                    uid)
         step.dist = sreq.distribution
         step.srun_host = (req.get("srun_host") or _host_name(io_host))[:256]
         step.srun_pid = req.get("srun_pid") or 0
@@ -170,48 +146,58 @@ class StepManager:
         io = {"host": io_host, "port": req.get("io_port"), "key": key} if req.get("io_port") else None
         common, torch_vars = self.step_env(job, step, req, nodes_expr,
                                            first.conf.addr or "127.0.0.1")
+        # srun's host as its tasks see it: the address the step daemons reach srun at
+        common["SLURM_LAUNCH_NODE_IPADDR"] = common["SLURM_SRUN_COMM_HOST"] = io_host
+        base = self._launch_base(job, step, req, sreq, io, torch_vars)
         for idx, ns in enumerate(lay.nodes):
-            node = st.nodes[ns.node]
-            env = dict(common)
-            env.update({
-                "SLURMD_NODENAME": ns.node, "SLURM_NODEID": str(idx), "SLURM_TOPOLOGY_ADDR": ns.node,
-                "SLURM_GTIDS": ",".join(map(str, ns.tasks)),
-                "SLURM_CPUS_ON_NODE": str(ns.cpus), "HOSTNAME": ns.node,
-            })
-            _add_torch(env, torch_vars, {"NODE_RANK": str(idx), "GROUP_RANK": str(idx),
-                                         "LOCAL_WORLD_SIZE": str(len(ns.tasks))})
-            job_gpus: list[int] = next((a["gpus"] for a in job.alloc if a["node"] == ns.node), [])
-            if job_gpus:
-                env["SLURM_JOB_GPUS"] = ",".join(map(str, job_gpus))
-            if ns.gpus:
-                g = ",".join(map(str, ns.gpus))
-                env["SLURM_STEP_GPUS"] = g
-                env["SLURM_GPUS_ON_NODE"] = str(len(ns.gpus))
-                for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
-                            "ZE_AFFINITY_MASK"):
-                    env[var] = g
-            msg = {
-                "op": "launch_step", "job_id": job.job_id, "step_id": step_id, "run": job.restarts,
-                "uid": job.uid, "gid": job.gid, "groups": list(job.groups), "user": job.user,
-                "job_name": job.name, "cwd": req.get("cwd") or job.work_dir, "argv": argv,
-                "env": env, "tasks": list(ns.tasks),
-                "task_gpus": [list(t) for t in ns.task_gpus] if ns.task_gpus else None,
-                "io": io, "stdin_target": req.get("stdin_target", 0),
-                "output": req.get("output"), "error": req.get("error"), "input": req.get("input"),
-                "error_to_output": req.get("error") is None and req.get("output") is not None,
-                "open_mode": req.get("open_mode"), "umask": req.get("umask", job.umask),
-                "kill_wait": max(1, self.ctl.cfg.kill_wait), "node_index": idx,
-                "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
-                "torch_vars": list(torch_vars), "pty": bool(req.get("pty")),
-                "cpu_bind": cpubind.effective(cpu_bind, affinity, ns.cpus, len(ns.tasks),
-                                              sreq.cpus_per_task),
-                "cpus_per_task": sreq.cpus_per_task,
-                "node_alloc": node_alloc(job, ns.node),
-            }
-            self.ctl.send_to_node(node.name, msg)
+            msg = dict(base)
+            msg.update(env=_node_env(common, torch_vars, job, ns, idx), tasks=list(ns.tasks),
+                       task_gpus=[list(t) for t in ns.task_gpus] if ns.task_gpus else None,
+                       node_index=idx, node_alloc=node_alloc(job, ns.node),
+                       cpu_bind=cpubind.effective(base["cpu_bind"], self._affinity(), ns.cpus,
+                                                  len(ns.tasks), sreq.cpus_per_task),
+                       **_node_extras(extras, ns.tasks))
+            self.ctl.send_to_node(st.nodes[ns.node].name, msg)
         return {"step_id": step_id, "key": key, "nodes": nodes_expr, "ntasks": lay.ntasks,
                 "layout": [{"node": ns.node, "tasks": list(ns.tasks)} for ns in lay.nodes],
-                "master_addr": first.conf.addr, "master_port": port}
+                "master_addr": first.conf.addr, "master_port": step.port,
+                "job_nodes": job.node_list, "job_cpus": [a.cpus for a in job.alloc],
+                "kill_wait": self.ctl.cfg.kill_wait}  # srun -W's "Waiting up to" line
+
+    def _affinity(self) -> bool:
+        return "task/affinity" in [p.strip() for p in self.ctl.cfg.task_plugin.split(",")]
+
+    def _in_use(self, job, req: dict) -> tuple[dict[str, int], dict[str, frozenset]]:
+        """CPUs and GPUs of the job's nodes held by its running steps (``--overlap`` steps
+        hold nothing); GPUs count only when those steps or this one bound GPUs per task or
+        asked for them explicitly."""
+        used_cpus: dict[str, int] = {}
+        used_gpus: dict[str, set] = {}
+        for s in self.steps.values():
+            if s.job_id != job.job_id or s.overlap:
+                continue
+            for ns in s.layout.nodes:
+                used_cpus[ns.node] = used_cpus.get(ns.node, 0) + ns.cpus
+                if ns.task_gpus is not None or req.get("gpus_explicit"):
+                    used_gpus.setdefault(ns.node, set()).update(ns.gpus)
+        return used_cpus, {k: frozenset(v) for k, v in used_gpus.items()}
+
+    def _launch_base(self, job, step, req: dict, sreq, io, torch_vars) -> dict:
+        """The part of a ``launch_step`` message that is the same on every node (``cpu_bind``
+        holds the requested binding until each node's is computed)."""
+        return {
+            "op": "launch_step", "job_id": job.job_id, "step_id": step.step_id,
+            "run": job.restarts, "uid": job.uid, "gid": job.gid, "groups": list(job.groups),
+            "user": job.user, "job_name": job.name, "cwd": req.get("cwd") or job.work_dir,
+            "argv": req.get("argv") or [], "io": io, "stdin_target": req.get("stdin_target", 0),
+            "output": req.get("output"), "error": req.get("error"), "input": req.get("input"),
+            "error_to_output": req.get("error") is None and req.get("output") is not None,
+            "open_mode": req.get("open_mode"), "umask": req.get("umask", job.umask),
+            "kill_wait": max(1, self.ctl.cfg.kill_wait),
+            "array_job_id": job.array_job_id, "array_task_id": job.array_task_id,
+            "torch_vars": list(torch_vars), "pty": bool(req.get("pty")),
+            "cpu_bind": _cpu_bind_spec(req), "cpus_per_task": sreq.cpus_per_task,
+        }
 
     def step_env(self, job, step, req: dict, nodes_expr: str,
                  master_addr: str) -> tuple[dict, tuple[str, ...]]:
@@ -226,7 +212,7 @@ class StepManager:
             "SLURM_JOB_ID": str(job.job_id), "SLURM_JOBID": str(job.job_id),
             "SLURM_JOB_NAME": job.name, "SLURM_JOB_NODELIST": job.node_list or nodes_expr,
             "SLURM_JOB_NUM_NODES": str(job.num_nodes),
-            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a["cpus"] for a in job.alloc]),
+            "SLURM_JOB_CPUS_PER_NODE": compress_counts([a.cpus for a in job.alloc]),
             "SLURM_JOB_ACCOUNT": job.account, "SLURM_JOB_PARTITION": job.partition,
             "SLURM_JOB_QOS": job.qos, "SLURM_JOB_UID": str(job.uid), "SLURM_JOB_USER": job.user,
             "SLURM_JOB_GID": str(job.gid), "SLURM_CLUSTER_NAME": cfg.cluster_name,
@@ -251,6 +237,10 @@ class StepManager:
             s["SLURM_CPUS_PER_TASK"] = str(req["cpus_per_task"])
         if req.get("ntasks_per_node"):
             s["SLURM_NTASKS_PER_NODE"] = str(req["ntasks_per_node"])
+        if req.get("overcommit"):
+            s["SLURM_OVERCOMMIT"] = "1"
+        else:
+            base.pop("SLURM_OVERCOMMIT", None)  # the job's, which this step did not take up
         if job.restarts:
             s["SLURM_RESTART_COUNT"] = str(job.restarts)
         if job.array_job_id is not None and job.array_task_id is not None:
@@ -295,23 +285,21 @@ class StepManager:
 
     # ---- signals and the job's clock (Slurm 23.11 semantics) -------------------------------
     def signal_job(self, job, sig: int, scope: str, cont: bool = False) -> None:
-        """Signal a running job's processes (``scancel --signal``, ``--signal`` warnings).
+        """Signal a running job's processes (``scancel --signal``, ``--signal`` warnings): the
+        job machine's ``SignalJob`` names the nodes (every node of the allocation and the batch
+        host; the batch host alone for ``batch``), the applier sends each its message.
 
         ``scope``: ``steps`` (scancel's default, and ``--signal`` without ``B:``): the tasks of
-        every running step, on every node, not the batch shell; ``batch`` (``-b``, ``B:``):
-        the batch shell alone, not its children; ``full`` (``-f``): the batch shell's whole
-        process group and every step. The message goes to each node of the allocation (and the
-        batch host), whose agent signals what of the job runs there: the steps a node runs are
-        its own knowledge, which survives a controller restart (this manager's step table does
-        not). ``cont``: SIGCONT first, as Slurm does before a ``--signal`` warning."""
-        if scope == "batch":
-            nodes = [job.batch_host] if job.batch and job.batch_host else []
-        else:
-            nodes = list(dict.fromkeys(([job.batch_host] if job.batch_host else [])
-                                       + [a["node"] for a in job.alloc]))
-        for n in nodes:
-            self.ctl.send_to_node(n, {"op": "signal", "job_id": job.job_id, "run": job.restarts,
-                                      "signal": sig, "scope": scope, "cont": cont})
+        every running step, not the batch shell; ``batch`` (``-b``, ``B:``): the batch shell
+        alone, not its children; ``full`` (``-f``): the batch shell's whole process group and
+        every step. Each agent signals what of the job runs on its node: the steps a node runs
+        are its own knowledge, which survives a controller restart (this manager's step table
+        does not). ``cont``: SIGCONT first, as Slurm does before a ``--signal`` warning. A job
+        that is not running is left alone."""
+        try:
+            self.ctl.applier.job(job, events.SignalJob(sig, scope, cont), clock.now())
+        except jobfsm.Refused:
+            pass
 
     def tick(self, t: int) -> None:
         """The job clock's duties towards steps, once a second (the controller's periodic
@@ -344,6 +332,7 @@ class StepManager:
                 if key not in self._limit_sent:
                     self._end_steps(job, "timeout")
         self._limit_sent = past_limit
+        self.leases.tick()  # allocations whose client did not re-attach after our start
 
     def _warn_steps(self, job, spec: dict) -> None:
         job.signal_spec = {**spec, "warned": job.restarts}
@@ -353,7 +342,7 @@ class StepManager:
         self.signal_job(job, spec.get("signal", 10), "steps", cont=True)
 
     def _end_steps(self, job, why: str) -> None:
-        for n in dict.fromkeys(a["node"] for a in job.alloc):
+        for n in dict.fromkeys(a.node for a in job.alloc):
             self.ctl.send_to_node(n, {"op": "terminate", "job_id": job.job_id,
                                       "run": job.restarts, "why": why, "scope": "steps"})
 
@@ -384,7 +373,10 @@ class StepManager:
         """One node's report of a step's end."""
         key: tuple = (rep.get("job_id"), rep.get("step_id"))  # as reported: may match nothing
         step = self.steps.get(key)
-        if step is None or node not in step.nodes or node in step.reports:
+        if step is None:  # begun under an earlier controller process: its stored row
+            step_orphans.report(self.ctl, node, rep)
+            return
+        if node not in step.nodes or node in step.reports:
             return
         step.reports[node] = rep
         if len(step.reports) < len(step.nodes):
@@ -395,24 +387,7 @@ class StepManager:
         st = self.ctl.state
         del self.steps[(step.job_id, step.step_id)]
         self.ports_used.discard(step.port)
-        tasks = [t for r in step.reports.values() for t in r.get("tasks", [])]
-        exit_code = max((t["exit_code"] for t in tasks), default=0)
-        sig = max((t["signal"] for t in tasks), default=0)
-        terminated = any(r.get("terminated") for r in step.reports.values())
-        lost = any(r.get("lost") for r in step.reports.values())
-        oom = any(r.get("oom_kills") for r in step.reports.values())
-        if lost:
-            state = "NODE_FAIL"
-        elif terminated:
-            state = "CANCELLED"
-        elif oom:  # the OOM killer struck in the step's cgroup: 0:125, as Slurm reports it
-            state, exit_code, sig = "OUT_OF_MEMORY", 0, 125
-        elif sig in (9, 15):
-            state = "CANCELLED"
-        elif sig or exit_code:
-            state = "FAILED"
-        else:
-            state = "COMPLETED"
+        state, exit_code, sig = step_orphans.step_outcome(list(step.reports.values()))
         job = st.jobs.get(step.job_id)
         if job is None:
             return
@@ -420,7 +395,11 @@ class StepManager:
                                        "end_time": max((r.get("end_time") or 0)
                                                        for r in step.reports.values())
                                        or clock.now()})
-        with st.store.transaction():
+        why = next((r["launch_error"] for r in step.reports.values()
+                    if isinstance(r.get("launch_error"), str)), None)
+        with self.ctl.applier.transaction():  # one commit; the wake-ups leave after it
+            if why:
+                self._launch_failed(job, step, rec, why[:1000])
             st.store.put_step(job.job_id, str(step.step_id), rec)
             self.ctl.usage.finish(job.job_id, step.step_id,
                                   {n: r.get("usage") for n, r in step.reports.items()})
@@ -428,17 +407,25 @@ class StepManager:
                 job.derived_exit_code, job.derived_exit_signal = exit_code, sig
                 st.save(job)
             # an interactive allocation being torn down ends when its last step is gone
-            if not job.batch and job.completing and not any(
-                    s.job_id == job.job_id for s in self.steps.values()):
-                from muster.lifecycle import job as lifecycle
-                lifecycle.finish(job, exit_code=job.exit_code, signal=job.exit_signal,
-                                 timed_out=False, now=clock.now())
-                st.release(job)
-                st.save(job)
-                self.ctl.request_schedule()
-        if not job.batch and job.terminal:
+            drained = not job.batch and job.completing and not any(
+                s.job_id == job.job_id for s in self.steps.values())
+            if drained:
+                self.ctl.applier.job(job, events.StepsDrained(), clock.now())  # wakes srun
+        if not drained and not job.batch and job.terminal:
             self.notify(job)
         self.ctl.request_schedule()
+
+    def _launch_failed(self, job, step: Step, rec: dict, why: str) -> None:
+        """Tasks of the step could not start (a container, the step's cgroup): the reason
+        goes to the step's record, the job's event log and, while the job runs, its
+        SystemComment (scontrol), as the batch step's own launch failure does. The text is
+        the node's report; a container's part of it comes from the job's own runner, so it
+        only ever describes this job."""
+        rec["launch_error"] = why
+        self.ctl.state.event(job, "step_launch_failed", f"step {step.step_id}: {why[:200]}")
+        if not job.terminal or job.completing:
+            job.system_comment = f"step {step.step_id}: {why}"
+            self.ctl.state.save(job)
 
     def forget_job(self, job_id: int) -> None:
         """The allocation is gone (ended, node failure): its steps cannot report any more."""
@@ -452,8 +439,10 @@ class StepManager:
 def node_alloc(job, node: str) -> dict:
     """What the job holds on ``node`` (CPUs, memory in MB, GPU indices): the agent confines
     the job's processes there to it (muster.agent.confine)."""
-    a = next((a for a in job.alloc if a["node"] == node), None) or {}
-    return {"cpus": a.get("cpus"), "mem": a.get("mem"), "gpus": list(a.get("gpus") or [])}
+    a = next((a for a in job.alloc if a.node == node), None)
+    if a is None:
+        return {"cpus": None, "mem": None, "gpus": []}
+    return {"cpus": a.cpus, "mem": a.mem, "gpus": list(a.gpus)}
 
 
 def _host_name(addr: str) -> str:
@@ -473,6 +462,52 @@ def _add_torch(env: dict, torch_vars, values: dict) -> None:
             env[name] = value
 
 
+def launch_fields(req: dict, ntasks: int, conf: dict) -> dict:
+    """The srun-side launch fields of a step request, checked (RequestError refuses the step;
+    nothing here is trusted): each task's argv (--multi-prog: one per task of the layout),
+    the user's --task-prolog/--task-epilog (paths the step daemon runs as the user, never as
+    root), -o/-e task ids, and srun's soft limits kept to those propagated — --propagate's
+    names, else slurm.conf's PropagateResourceLimits less PropagateResourceLimitsExcept
+    (``rlimits_explicit``: the names the user asked for, whose failures are reported)."""
+    from muster.common import rlimits
+    out: dict = {}
+    argv = req.get("task_argv")
+    if argv is not None:
+        if not (isinstance(argv, list) and len(argv) == ntasks and all(
+                isinstance(a, list) and 0 < len(a) <= 4096
+                and all(isinstance(w, str) and len(w) <= 65536 for w in a) for a in argv)):
+            raise RequestError("invalid --multi-prog task list", "invalid_request")
+        out["task_argv"] = argv
+    for key in ("task_prolog", "task_epilog"):
+        path = req.get(key)
+        if path is not None:
+            if not isinstance(path, str) or not path or len(path) > 4096 or "\0" in path:
+                raise RequestError(f"invalid --{key.replace('_', '-')}", "invalid_request")
+            out["user_" + key] = path
+    for key in ("output_task", "error_task"):
+        tid = req.get(key)
+        if tid is not None:
+            if isinstance(tid, bool) or not isinstance(tid, int) or not 0 <= tid < 1 << 20:
+                raise RequestError(f"invalid {key}", "invalid_request")
+            out[key] = tid
+    prop = req.get("propagate")
+    if prop is not None and not isinstance(prop, str):
+        raise RequestError("invalid --propagate", "invalid_request")
+    names = rlimits.selected(prop, conf.get("PropagateResourceLimits"),
+                             conf.get("PropagateResourceLimitsExcept"))
+    out["rlimits"] = {k: v for k, v in rlimits.clean(req.get("rlimits")).items() if k in names}
+    out["rlimits_explicit"] = sorted(names) if prop is not None else []
+    return out
+
+
+def _node_extras(extras: dict, tasks) -> dict:
+    """One node's share of :func:`launch_fields`: the argv of its own tasks only."""
+    out = {k: v for k, v in extras.items() if k != "task_argv"}
+    if "task_argv" in extras:
+        out["task_argv"] = [extras["task_argv"][t] for t in tasks]
+    return out
+
+
 def _cpu_bind_spec(req: dict) -> str | None:
     """The step's --cpu-bind as sent by srun (checked there; checked again here)."""
     spec = req.get("cpu_bind")
@@ -485,6 +520,40 @@ def _cpu_bind_spec(req: dict) -> str | None:
     except ValueError as exc:
         raise RequestError(str(exc), "invalid_request") from None
     return spec
+
+
+def _check_may_step(ctl, job, uid: int) -> None:
+    """Only the owner (or an operator) starts steps, and only in a running allocation."""
+    if job.uid != uid and not ctl.is_admin(uid):
+        raise AccessDenied()
+    if job.state != RUNNING or job.completing:
+        if job.state in TERMINAL or job.completing:
+            raise RequestError(None, "already_done")
+        raise RequestError("Job is pending execution", "job_pending")
+
+
+def _node_env(common: dict, torch_vars, job, ns, idx: int) -> dict:
+    """The step's environment on its ``idx``-th node: the node's name and rank, its tasks'
+    global ids, CPUs, and the GPUs of the job and of the step there."""
+    env = dict(common)
+    env.update({
+        "SLURMD_NODENAME": ns.node, "SLURM_NODEID": str(idx), "SLURM_TOPOLOGY_ADDR": ns.node,
+        "SLURM_GTIDS": ",".join(map(str, ns.tasks)),
+        "SLURM_CPUS_ON_NODE": str(ns.cpus), "HOSTNAME": ns.node,
+    })
+    _add_torch(env, torch_vars, {"NODE_RANK": str(idx), "GROUP_RANK": str(idx),
+                                 "LOCAL_WORLD_SIZE": str(len(ns.tasks))})
+    job_gpus: list[int] = next((a.gpus for a in job.alloc if a.node == ns.node), [])
+    if job_gpus:
+        env["SLURM_JOB_GPUS"] = ",".join(map(str, job_gpus))
+    if ns.gpus:
+        g = ",".join(map(str, ns.gpus))
+        env["SLURM_STEP_GPUS"] = g
+        env["SLURM_GPUS_ON_NODE"] = str(len(ns.gpus))
+        for var in ("CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES",
+                    "ZE_AFFINITY_MASK"):
+            env[var] = g
+    return env
 
 
 def _step_request(req: dict) -> StepRequest:
@@ -502,6 +571,8 @@ def _step_request(req: dict) -> StepRequest:
             exclude = tuple(expand(req["exclude"]))
     except Exception:
         raise RequestError(None, "invalid_nodelist") from None
+    if req.get("overcommit") not in (None, False, True):
+        raise RequestError("invalid overcommit", "invalid_request")
     dist = req.get("distribution") or "block"
     if not isinstance(dist, str) or dist.split(":")[0] not in ("block", "cyclic", "arbitrary", "plane"):
         raise RequestError("Invalid distribution", "invalid_request")
@@ -510,5 +581,6 @@ def _step_request(req: dict) -> StepRequest:
                        gpus_per_task=num("gpus_per_task"), gpus_per_node=num("gpus_per_node"),
                        gpus=num("gpus"), nodelist=nodelist, exclude=exclude,
                        distribution=dist.split(":")[0], overlap=bool(req.get("overlap")),
-                       gpu_bind=req.get("gpu_bind"))
+                       overcommit=bool(req.get("overcommit")),
+                       gpu_bind=req.get("gpu_bind"), relative=num("relative") or 0)
 

@@ -29,6 +29,8 @@ from muster.controller.opspec import BOOL, ID, REQUEST_FIELDS, op
 TASK_FIELDS = ("user_ms", "sys_ms", "rss", "max_rss", "vmem", "max_vmem", "pages", "read",
                "write", "cpu_util", "gpumem", "gpuutil", "max_gpuutil")
 MAX_TASKS = 100_000  # per node report
+MAX_PIDS = 100_000  # process ids kept per node sample (more: none are kept)
+PID_LIMIT = 1 << 22  # the kernel's largest pid_max
 BIG = 1 << 62
 
 
@@ -58,6 +60,16 @@ def clean(report) -> dict | None:
         out.append(rec)
     when = report.get("time")
     return {"time": when if _count(when) else 0, "tasks": out}
+
+
+def clean_pids(pids) -> list[int]:
+    """A sample's process ids, or none at all if any is not a possible pid (or too many):
+    what sstat prints must be what the node saw, not a part of it."""
+    if not isinstance(pids, list) or len(pids) > MAX_PIDS:
+        return []
+    if not all(_count(p) and 0 < p < PID_LIMIT for p in pids):
+        return []
+    return pids
 
 
 # TRES of TRESUsageIn*: name -> the task figure it is made of (for max/min, and for tot/ave)
@@ -136,11 +148,17 @@ class UsageBook:
                 return
         rep = clean(msg.get("usage"))
         if rep is not None:
+            rep["pids"] = clean_pids(msg.get("pids"))  # live only: finish() never sees it
             self.live.setdefault((job.job_id, step_id), {})[node] = rep
 
     def running(self, job_id: int, step_id) -> dict | None:
         """The live statistics of a running step (None: no sample yet)."""
         return aggregate(self.live.get((job_id, step_id)) or {})
+
+    def pids(self, job_id: int, step_id) -> dict[str, list[int]]:
+        """node -> the step's process ids there at that node's latest sample."""
+        return {node: rep["pids"] for node, rep in
+                sorted((self.live.get((job_id, step_id)) or {}).items())}
 
     def by_job(self) -> dict[int, list]:
         """job id -> ``[cpu %, resident bytes, GPU % or None]`` now, summed over the job's
@@ -176,7 +194,8 @@ def sstat(ctl, msg: dict, uid: int) -> dict:
     id, or absent: the lowest running step, or all with ``all_steps``) a result
     ``{"job_id", "step", "rows": [...]}`` or ``{..., "error": code}``: ``no_job`` (not known
     to the controller), ``no_steps`` (nothing running), ``not_running`` (that step is not),
-    ``denied`` (not the owner nor an operator)."""
+    ``denied`` (not the owner nor an operator). A row's ``pids`` (node -> process ids of the
+    latest sample, for ``sstat -i``) is thus seen by the same users as its figures."""
     out = []
     for ref in msg.get("steps") or []:
         job_id, step = ref.get("job_id"), ref.get("step")
@@ -236,7 +255,8 @@ def _row(ctl, job, sid, where) -> dict:
     nodes, ntasks = where
     return {"job_id": job.job_id, "array_job_id": job.array_job_id,
             "array_task_id": job.array_task_id, "step_id": sid, "node_list": nodes,
-            "ntasks": ntasks, "usage": ctl.usage.running(job.job_id, sid)}
+            "ntasks": ntasks, "usage": ctl.usage.running(job.job_id, sid),
+            "pids": ctl.usage.pids(job.job_id, sid)}
 
 
 REQUEST_FIELDS["sstat"] = {"steps": [{"job_id": ID, "task": ID}], "all_steps": BOOL}

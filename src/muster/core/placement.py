@@ -134,6 +134,7 @@ class Request:
     cpg: int = 0
     min_cpus: int = 0
     contig: bool = False
+    min_tmp: int = 0  # --tmp: a node serves only with TmpDisk >= this (not consumed)
 
     def node_cpus(self, tasks: int, gpus: int) -> int:
         """CPUs a node with ``tasks`` tasks and ``gpus`` GPUs of this request gets."""
@@ -171,7 +172,7 @@ def request_key(job: JobView) -> tuple[Any, ...]:
     return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
             job.gpus_per_task, job.gpus_per_node, job.gpus_total, job.mem_per_node,
             job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive, job.cpus_per_gpu,
-            job.min_cpus, job.contiguous)
+            job.min_cpus, job.contiguous, job.min_tmp)
 
 
 def _normalise(job: JobView, cfg: SchedConfig) -> Request:
@@ -216,7 +217,7 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         cpt=cpt, lo=lo, hi=hi, tasks_mode=tasks_mode, tpn=tpn, ntasks=ntasks,
         gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
         mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
-        min_cpus=max(0, job.min_cpus), contig=job.contiguous,
+        min_cpus=max(0, job.min_cpus), contig=job.contiguous, min_tmp=max(0, job.min_tmp),
     )
 
 
@@ -242,7 +243,7 @@ def _capacity(rq: Request, n: NodeView) -> tuple[int, int] | None:
         cpu_avail, gpu_avail = n.cpus, n.gpus
     else:
         cpu_avail, gpu_avail = n.cpus_free, len(n.gpus_free)
-    if rq.min_cpus > cpu_avail:
+    if rq.min_cpus > cpu_avail or rq.min_tmp > n.tmp_disk:
         return None
     tcap = cpu_avail // rq.cpt
     if rq.tasks_mode == "one":

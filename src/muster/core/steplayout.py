@@ -12,7 +12,9 @@ Rules (Slurm 23.11 semantics, simplified where noted):
   balanced: ⌈n/N⌉ on the first n mod N nodes, ⌊n/N⌋ on the rest (``2(x3),1`` for 7 on 4).
 * task ids: ``block`` gives each node consecutive ids (default); ``cyclic`` deals them round robin.
 * CPUs: tasks × cpus_per_task per node, which must fit the node's allocated CPUs (never) and,
-  unless ``--overlap``, the CPUs not held by other steps (busy).
+  unless ``--overlap``, the CPUs not held by other steps (busy). ``--overcommit`` (``-O``, or
+  the job's SLURM_OVERCOMMIT) lifts the first rule: the tasks are balanced over the nodes
+  whatever their CPUs, and a node's step holds at most the job's CPUs there.
 * GPUs: ``--gpus-per-task`` → each task its own GPUs; ``--gpus-per-node``/``--gres`` → that many
   per node; neither → the step sees all of the job's GPUs on the node, shared (Slurm: a step
   without GRES options gets all the job's GRES). Explicitly requested GPUs are exclusive to the
@@ -56,7 +58,9 @@ class StepRequest:
     exclude: tuple[str, ...] = ()
     distribution: str = "block"
     overlap: bool = False
+    overcommit: bool = False  # more tasks than CPUs may share a node's CPUs
     gpu_bind: str | None = None  # --gpu-bind as given (parse_gpu_bind)
+    relative: int = 0  # srun -r: the step's nodes are taken from this node of the allocation on
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +159,9 @@ def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
            used_gpus: Mapping[str, frozenset[int]], req: StepRequest) -> StepLayout:
     bind = parse_gpu_bind(req.gpu_bind)
     by_name = {a.node: a for a in alloc}
-    pool = [a for a in alloc if a.node not in req.exclude]
+    if req.relative and (req.relative >= len(alloc) or req.nodelist or req.exclude):
+        raise StepError("never", "Requested node configuration is not available")
+    pool = [a for a in alloc[req.relative:] if a.node not in req.exclude]
     if req.nodelist:
         missing = [n for n in req.nodelist if n not in by_name]
         if missing:
@@ -195,12 +201,13 @@ def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
         chosen = chosen[:len(counts)]
         n_nodes = len(chosen)
     else:
-        counts = _balance(ntasks, [a.cpus // max(1, req.cpus_per_task) for a in chosen])
+        caps = [a.cpus // max(1, req.cpus_per_task) for a in chosen]
+        counts = _balance(ntasks, [ntasks] * n_nodes if req.overcommit else caps)
     ids = _assign_ids(counts, req.distribution)
     cpt = max(1, req.cpus_per_task)
     out = []
     for a, cnt, tids in zip(chosen, counts, ids):
-        cpus = cnt * cpt
+        cpus = min(cnt * cpt, a.cpus) if req.overcommit else cnt * cpt
         if cpus > a.cpus:
             raise StepError("never", "More processors requested than permitted")
         if not req.overlap and cpus > a.cpus - used_cpus.get(a.node, 0):
