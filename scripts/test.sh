@@ -23,13 +23,29 @@ fi
 if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check $EDITABLE '.[test,tools,api,sim]'
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check $EDITABLE '.[test,tools,api,sim,postgres]'
 # compile bytecode so CLI start-up is measured and felt as users will (PYTHONDONTWRITEBYTECODE
 # may be set in some environments)
 "$VENV/bin/python" -m compileall -q src >/dev/null 2>&1 || true
 if [ "$(id -u)" = 0 ]; then
   # the dashboard test drives Debian's Chromium (never a downloaded browser)
   [ -x /usr/bin/chromium ] || PYTHON="$VENV/bin/python" sh scripts/install-browser.sh
+  # the PostgreSQL store tests start a private server with Debian's initdb/pg_ctl (tests/pg.py)
+  if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  fi
+  export MUSTER_REQUIRE_POSTGRES=1  # installed: its tests must run, not skip
+  # the container tests run Debian's runc (rootless, as the job's user) on busybox-static
+  # images; umoci/skopeo unpack and pull OCI images; uidmap's newuidmap maps the user's own
+  # ids inside (tests/e2e/test_containers.py)
+  if ! command -v runc >/dev/null || ! command -v busybox >/dev/null || \
+     ! command -v umoci >/dev/null || ! command -v skopeo >/dev/null || \
+     ! command -v newuidmap >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc busybox-static umoci skopeo \
+      uidmap >/dev/null
+  fi
   # the identity tests submit as two unprivileged users
   for u in mustertest mustertest2; do
     id "$u" >/dev/null 2>&1 || useradd -m "$u"
@@ -39,4 +55,6 @@ fi
 # (strict on core, model and lifecycle; regular mode on the rest of src/muster)
 "$VENV/bin/python" -m ruff check src tests bench
 "$VENV/bin/python" -m mypy
-exec "$VENV/bin/python" -m pytest -q "$@"
+# two workers (this is a 2-core machine); a module's tests stay on one worker, so the private
+# cluster a module starts is started once
+exec "$VENV/bin/python" -m pytest -q -n 2 --dist loadfile "$@"

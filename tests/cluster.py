@@ -54,11 +54,14 @@ class Result:
 
 class Cluster:
     def __init__(self, state_dir: str, nodes: int = 4, gpus: int = 8, cpus: int = 16,
-                 mem: int = 64000, partitions: str = "gpu,debug:1:00:00", extra_conf: str = ""):
+                 mem: int = 64000, partitions: str = "gpu,debug:1:00:00", extra_conf: str = "",
+                 topology: str | None = None):
         self.state_dir = state_dir
         self.nodes = nodes
         self.args = ["--nodes", str(nodes), "--gpus-per-node", str(gpus), "--cpus-per-node",
                      str(cpus), "--mem-per-node", str(mem), "--partitions", partitions]
+        if topology:  # muster up --topology tree:N
+            self.args += ["--topology", topology]
         self.extra_conf = extra_conf
         self.conf = os.path.join(state_dir, "slurm.conf")
         self.env = dict(os.environ)
@@ -165,9 +168,10 @@ def controller_pid(c: Cluster) -> int:
 
 
 def restart_controller(c: Cluster, kill_signal: int = 9, env: dict | None = None,
-                       wait: bool = True) -> int:
+                       wait: bool = True, down_s: float = 0.0) -> int:
     """SIGKILL (by default) the controller, start a new one on the same state; return its pid.
-    ``env`` adds variables to the new controller's environment (e.g. MUSTER_CRASH_AT)."""
+    ``env`` adds variables to the new controller's environment (e.g. MUSTER_CRASH_AT);
+    ``down_s``: how long the cluster stays without a controller (the outage under test)."""
     import signal as _signal
     rec = c.pids()
     try:
@@ -175,6 +179,8 @@ def restart_controller(c: Cluster, kill_signal: int = 9, env: dict | None = None
     except ProcessLookupError:
         pass
     wait_for(lambda: not _alive(rec["controller"]), what="controller exit")
+    if down_s:
+        time.sleep(down_s)  # the outage itself, not a wait for anything
     log = os.path.join(c.state_dir, "log", "musterctld.log")
     with open(os.path.join(c.state_dir, "log", "musterctld.out"), "ab") as out:
         p = subprocess.Popen([os.path.join(BIN, "musterctld"), "-f", c.conf, "-L", log],
@@ -191,13 +197,15 @@ def restart_controller(c: Cluster, kill_signal: int = 9, env: dict | None = None
     return p.pid
 
 
-def start_agent(c: Cluster, node: str) -> int:
+def start_agent(c: Cluster, node: str, env: dict | None = None) -> int:
     """Start musterd for ``node`` (a replacement for one that was killed: the jobs it had keep
-    running under their supervisors) and record its pid for `muster down`."""
+    running under their supervisors) and record its pid for `muster down`. ``env`` adds
+    variables to its environment (e.g. MUSTER_AGENT_PROTO)."""
     log = os.path.join(c.state_dir, "log", f"musterd-{node}.log")
     p = subprocess.Popen([os.path.join(BIN, "musterd"), "-f", c.conf, "-N", node, "-L", log],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
+                         stderr=subprocess.DEVNULL, start_new_session=True,
+                         env={**os.environ, **(env or {})})
     rec = c.pids()
     rec["agents"][node] = p.pid
     tmp = os.path.join(c.state_dir, "muster.pids.tmp")

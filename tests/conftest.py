@@ -30,3 +30,15 @@ def test_user():
     if not user_exists(TEST_USER):
         pytest.fail(f"test user {TEST_USER} missing: run .ci/run (it creates it) or `useradd {TEST_USER}`")
     return TEST_USER
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A private PostgreSQL server for the whole session (tests/pg.py); skipped when
+    PostgreSQL or psycopg is missing, unless MUSTER_REQUIRE_POSTGRES=1."""
+    from pg import PgServer
+    srv = PgServer()
+    try:
+        yield srv
+    finally:
+        srv.stop()

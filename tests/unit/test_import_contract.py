@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 SRC = pathlib.Path(__file__).resolve().parents[2] / "src" / "muster"
-CLI_MODULES = ["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "seff", "muster"]
+CLI_MODULES = ["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "sstat", "seff", "muster",
+               "sdiag", "setdebug"]
 HEAVY = {"asyncio", "msgspec", "pydantic", "rich", "click", "http.client", "httpx", "requests",
          "urllib3", "aiohttp", "sqlite3", "typer"}
 

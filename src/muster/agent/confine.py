@@ -288,6 +288,27 @@ class AgentConfinement:
                            if getattr(s, k)) or "tracking only")
         return cls(s, hier, base, node, offset, gpus)
 
+    def reconfigure(self, cfg) -> bool:
+        """cgroup.conf and gres.conf as they read now, for the jobs that start from now on
+        (running jobs keep the cgroups and limits they were made with). The hierarchy and
+        the node's tree stay: a change of CgroupPlugin, CgroupMountpoint, ProctrackType or
+        TaskPlugin needs an agent restart, as does turning confinement on (False, logged)."""
+        try:
+            s = node_settings(cfg)
+        except Exception as exc:  # noqa: BLE001 - a bad cgroup.conf keeps the old settings
+            log.error("%s: cgroup.conf not applied: %s", self.node.name,
+                      getattr(exc, "message", exc))
+            return False
+        if (s.plugin, s.mount, s.proctrack, s.any) != (self.s.plugin, self.s.mount,
+                                                       self.s.proctrack, self.s.any):
+            log.warning("%s: CgroupPlugin/CgroupMountpoint/ProctrackType/TaskPlugin changed: "
+                        "restart the agent to apply", self.node.name)
+            return False
+        self.node = cfg.nodes[self.node.name]
+        self.s = _usable(s, self.hier, self.node.name)
+        self.gpus = _gpu_devices(cfg, self.node) if self.s.devices else []
+        return True
+
     # ---- specs and job cgroups
     def job_rel(self, job_id: int, spec: dict | None = None) -> str:
         return f"{(spec or {}).get('base', self.base)}/job_{job_id}"

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import platform
+import random
 import shutil
 import signal
 import socket
@@ -33,18 +34,64 @@ import time
 from typing import Any
 
 from muster import __version__
-from muster.agent import acctgather, confine
+from muster.agent import acctgather, confine, ocijobs
 from muster.agent.prolog import NodeScripts
 from muster.agent.stepd import run_stepd
 from muster.agent.supervisor import run_supervisor
 from muster.common import auth, securefs
 from muster.common.netio import STREAM_LIMIT, BadFrame, Link, LinkForged, initiate
+from muster.protocol import agentmsg
 
 log = logging.getLogger("musterd")
 
 HEARTBEAT_S = 5.0
+# links one emulating process opens at once (run_many): under the controller's MAX_HANDSHAKES,
+# so 1,024 nodes starting together queue here instead of being evicted there and retrying
+CONNECT_BURST = 64
 REGISTER_TIMEOUT = 60.0  # the controller reconciles a registration (a commit) before answering
 ZYGOTE: socket.socket | None = None  # channel to the zygote (muster.agent.zygote), set by the entry point
+
+
+def announced_protocol() -> int:
+    """The protocol version this agent announces: PROTOCOL_VERSION, or ``$MUSTER_AGENT_PROTO``
+    (a test hook: an agent posing as one release older or newer, to show that a rolling
+    upgrade works, and that a peer two versions apart is refused)."""
+    raw = os.environ.get("MUSTER_AGENT_PROTO")
+    try:
+        return int(raw) if raw else agentmsg.PROTOCOL_VERSION
+    except ValueError:
+        return agentmsg.PROTOCOL_VERSION
+
+
+_SHARED: dict[str, tuple[tuple, float, Any]] = {}
+SHARED_LOAD_S = 10.0
+
+
+def shared_load(path: str):
+    """slurm.conf for the nodes of one emulating process (run_many): the controller tells
+    every node to reconfigure at once, and 1,024 parses of a 1,024-node file kept the process
+    from heartbeating for minutes. One parse is shared while slurm.conf, gres.conf and
+    cgroup.conf beside it are unchanged, for SHARED_LOAD_S (an edit to an Include'd file alone
+    is seen by a reconfigure after that)."""
+    from muster.config import load
+    d = os.path.dirname(path)
+    stamp = tuple(_stamp(os.path.join(d, f)) for f in (os.path.basename(path), "gres.conf",
+                                                          "cgroup.conf"))
+    hit = _SHARED.get(path)
+    if hit is not None and hit[0] == stamp and time.monotonic() - hit[1] < SHARED_LOAD_S:
+        return hit[2]
+    cfg = load(path)
+    _SHARED.clear()
+    _SHARED[path] = (stamp, time.monotonic(), cfg)
+    return cfg
+
+
+def _stamp(path: str) -> tuple:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ()
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 async def run_many(agents: list[Agent]) -> None:
@@ -54,6 +101,9 @@ async def run_many(agents: list[Agent]) -> None:
     stop = asyncio.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(s, stop.set)
+    gate = asyncio.Semaphore(CONNECT_BURST)
+    for a in agents:
+        a.connect_gate = gate
     await asyncio.gather(*(a.run(stop) for a in agents))
 
 
@@ -74,13 +124,17 @@ class Agent:
         self.trash = os.path.join(self.spool, ".trash")
         os.makedirs(self.trash, mode=0o700, exist_ok=True)
         self._purging = False
+        self.retired = False  # removed from slurm.conf and refused by the controller: stop
         self._hc: asyncio.Task | None = None
         self.heartbeat_s = HEARTBEAT_S
         self.jobs: dict[tuple[int, int], dict] = {}   # (job_id, run) -> {"pid", "pidfd", "dir"}
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
         self.unacked_steps: dict[tuple[int, int, int], dict] = {}
+        self.oci_jobs = ocijobs.ContainerJobs(node_name)  # named containers to remove at the end
         self.link: Link | None = None  # set once the controller has proved itself
+        # emulation (run_many): the nodes of one process take turns to open their links
+        self.connect_gate: asyncio.Semaphore | None = None
         # usage accounting (JobAcctGatherFrequency): the spec every launch carries, and what
         # of the supervisors' live samples has been sent on
         self.acct = {"freq": acctgather.parse_frequency(cfg.job_acct_gather_frequency)} \
@@ -163,6 +217,8 @@ class Agent:
         left in its cgroup is killed and the cgroup removed, before its end is reported
         (``report()``: now, or on the loop once confine's worker thread has done it)."""
         fut = None
+        if job_id not in self._running_jobs():
+            self.oci_jobs.idle(job_id)
         if self.confine is not None and job_id not in self._running_jobs():
             fut = self.confine.job_done(job_id)
         if fut is None:
@@ -233,6 +289,7 @@ class Agent:
             status = _launch_failure(job_id, run)
             _write_json(os.path.join(d, "status.json"), status)
         self.unacked[(job_id, run)] = status
+        self.oci_jobs.ended(job_id, busy=True)  # the batch script ended: so did the job
         self._job_maybe_done(job_id, lambda: self._send({"op": "job_ended", **status}))
 
     # ---- messages from the controller ---------------------------------------------------
@@ -277,11 +334,46 @@ class Agent:
         elif op == "prolog":
             self.scripts.on_prolog_request(msg)
         elif op == "epilog":
+            self.oci_jobs.ended(msg["job_id"], busy=msg["job_id"] in self._running_jobs())
             self.scripts.on_epilog_request(msg)
         elif op == "ack_script":
             self.scripts.ack(msg)
+        elif op == "reconfigure":
+            self.reconfigure()
         else:
             log.warning("unknown message %r", op)
+
+    def reconfigure(self) -> bool:
+        """``scontrol reconfigure``: re-read slurm.conf, gres.conf and cgroup.conf for the
+        jobs that start from now on (running jobs keep their cgroups and scripts). False
+        (logged, old configuration kept) when the files do not load or no longer name this
+        node (the controller removes it once its jobs are gone)."""
+        from muster.config import load
+        try:
+            cfg = load(self.cfg.path) if self.connect_gate is None else shared_load(self.cfg.path)
+        except Exception as exc:  # noqa: BLE001 - the controller refused it too
+            log.error("%s: reconfigure: %s", self.name, getattr(exc, "message", exc))
+            return False
+        if self.name not in cfg.nodes:
+            log.info("%s: no longer in %s; serving the jobs still here", self.name, cfg.path)
+            return False
+        self.cfg, self.node = cfg, cfg.nodes[self.name]
+        self.acct = {"freq": acctgather.parse_frequency(cfg.job_acct_gather_frequency)} \
+            if acctgather.enabled(cfg) else None
+        self.scripts.configure(cfg)
+        if self.confine is not None:
+            self.confine.reconfigure(cfg)
+        log.info("%s: reconfigured from %s", self.name, cfg.path)
+        return True
+
+    def removed(self) -> bool:
+        """Is this node gone from slurm.conf (as it reads now)? Asked when the controller
+        refuses the registration: a removed node's agent stops instead of retrying."""
+        from muster.config import load
+        try:
+            return self.name not in load(self.cfg.path).nodes
+        except Exception:  # noqa: BLE001 - a file being edited: keep trying
+            return False
 
     def _cred_ok(self, msg: dict) -> bool:
         """Does the message carry a valid job credential for this node and the job's user?
@@ -339,6 +431,8 @@ class Agent:
         if os.getuid() == 0:
             os.chown(script, L["uid"], L["gid"])
         L["acct"] = self.acct
+        L["conf_dir"] = os.path.dirname(self.cfg.path)  # oci.conf's, for container tasks
+        self.oci_jobs.note(L)
         reason = self._confine(L)
         if reason is not None:
             status = {**_launch_failure(*key), "launch_error": reason}
@@ -407,6 +501,7 @@ class Agent:
         enforces itself) the batch job."""
         if not steps_only:
             self.scripts.cancel(job_id, run)  # launches still waiting for the prolog
+            self.oci_jobs.ended(job_id, busy=job_id in self._running_jobs())
         for key in [k for k in self.steps if k[0] == job_id and k[2] == run]:
             self.terminate_step(key, why)
         if steps_only:
@@ -466,6 +561,8 @@ class Agent:
             return  # after the node's Prolog; refused when it failed
         os.makedirs(d, mode=0o711)
         L["acct"] = self.acct
+        L["conf_dir"] = os.path.dirname(self.cfg.path)  # oci.conf's, for container tasks
+        self.oci_jobs.note(L)
         reason = self._confine(L)
         if reason is not None:
             status = {**_step_failure(key, self.name, L["tasks"]), "launch_error": reason}
@@ -563,7 +660,7 @@ class Agent:
         self.recover()
         delay = 0.05
         stop = asyncio.create_task(self._stop.wait())
-        while not self._stop.is_set():
+        while not self._stop.is_set() and not self.retired:
             session = asyncio.create_task(self._session())
             done, _ = await asyncio.wait({session, stop}, return_when=asyncio.FIRST_COMPLETED)
             if stop in done:
@@ -589,12 +686,28 @@ class Agent:
             "steps_finished": list(self.unacked_steps.values()), "version": __version__,
             "arch": platform.machine(), "os": f"{platform.system()} {platform.release()}",
             "boot_time": _boot_time(), "agent_start": self.start_time,
+            "proto": announced_protocol(),
         }
 
     async def _connect(self) -> Link | None:
-        """An authenticated, sealed link to the controller with our registration sent; None
-        (logged) when it cannot be reached or fails to prove it holds the cluster key."""
-        host, port = self.cfg.slurmctld_addr or "127.0.0.1", self.cfg.slurmctld_port
+        """An authenticated, sealed link to the leading controller with our registration
+        sent: each SlurmctldHost in order, as slurmd does (a standby listens on no TCP port,
+        so it refuses at once); None (logged) when none can be reached or proves it holds
+        the cluster key."""
+        addrs = self.cfg.slurmctld_addrs or (self.cfg.slurmctld_addr or "127.0.0.1",)
+        for host in addrs:
+            link = await self._connect_to(host, self.cfg.slurmctld_port)
+            if link is not None:
+                return link
+        return None
+
+    async def _connect_to(self, host: str, port: int) -> Link | None:
+        if self.connect_gate is None:
+            return await self._open_link(host, port)
+        async with self.connect_gate:
+            return await self._open_link(host, port)
+
+    async def _open_link(self, host: str, port: int) -> Link | None:
         try:
             reader, writer = await asyncio.open_connection(
                 host, port, local_addr=(self.node.addr, 0)
@@ -627,6 +740,17 @@ class Agent:
             reply = await asyncio.wait_for(link.recv(), REGISTER_TIMEOUT)
             if not reply or not reply.get("ok"):
                 log.error("registration refused: %s", reply and reply.get("error"))
+                if reply and reply.get("code") == "invalid_nodelist" and self.removed():
+                    log.info("%s: removed from the configuration; agent stops", self.name)
+                    self.retired = True
+                    return False
+                await asyncio.sleep(1.0)
+                return False
+            peer = reply.get("proto", agentmsg.UNVERSIONED)
+            refusal = agentmsg.incompatible(peer if isinstance(peer, int) else 0,
+                                            announced_protocol())
+            if refusal:  # an older controller that did not check: the agent refuses it
+                log.error("controller refused: %s", refusal)
                 await asyncio.sleep(1.0)
                 return False
             self.heartbeat_s = max(0.5, min(HEARTBEAT_S, (reply.get("slurmd_timeout") or 20) / 4))
@@ -695,8 +819,12 @@ class Agent:
                 self._send(msg)
 
     async def _heartbeat(self) -> None:
+        # the first one after a random part of the interval: nodes that registered together
+        # (an emulated cluster, a rack after a power cut) do not all beat in the same moment
+        delay = self.heartbeat_s * random.random()
         while True:
-            await asyncio.sleep(self.heartbeat_s)
+            await asyncio.sleep(delay)
+            delay = self.heartbeat_s
             try:
                 load = os.getloadavg()[0]
             except OSError:

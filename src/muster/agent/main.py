@@ -54,7 +54,15 @@ def main(argv: list[str] | None = None) -> int:
     import gc
     gc.collect()
     gc.freeze()  # everything loaded so far is permanent: forked supervisors never touch it via gc
-    asyncio.run(agents[0].run() if len(agents) == 1 else run_many(agents))
+    from muster.common import pidfile
+    pid_paths = [os.path.join(a.spool, pidfile.AGENT) for a in agents]
+    for p in pid_paths:  # one per node served: how `muster status/down/restart` find us
+        pidfile.write(p)
+    try:
+        asyncio.run(agents[0].run() if len(agents) == 1 else run_many(agents))
+    finally:
+        for p in pid_paths:
+            pidfile.remove(p)
     return 0
 
 

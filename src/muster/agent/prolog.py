@@ -90,13 +90,19 @@ class NodeScripts:
     again; every outcome is reported until the controller acknowledges it."""
 
     def __init__(self, cfg, node: str, send, busy):
-        self.cfg, self.node, self.send, self.busy = cfg, node, send, busy
-        self.serial = "SERIAL" in set(cfg.prolog_flags or ())
+        self.node, self.send, self.busy = node, send, busy
+        self.configure(cfg)
         self._lock: asyncio.Lock | None = None
         self.prologs: dict[tuple[int, int], asyncio.Task] = {}
         self.waiting: dict[tuple[int, int], list[tuple]] = {}
         self.epilogs: dict[tuple[int, int], asyncio.Task] = {}
         self.unacked: dict[tuple[str, int, int], dict] = {}
+
+    def configure(self, cfg) -> None:
+        """Prolog/Epilog paths and PrologFlags: at start and on reconfigure (scripts that
+        run keep going; the next job gets the new ones)."""
+        self.cfg = cfg
+        self.serial = "SERIAL" in set(cfg.prolog_flags or ())
 
     @property
     def active(self) -> bool:

@@ -237,18 +237,20 @@ class Api:
         r = await self.ctl(who, {"op": "diag"})
         st = r["stats"]
         js = r["job_states"]
+        sd = r["sdiag"]  # counters since the last reset (muster.controller.diag)
         stats = {
             "parts_packed": 1, "req_time": fmt_json.num(r["now"]),
-            "req_time_start": fmt_json.num(r["boot_time"]),
-            "server_thread_count": 1, "agent_queue_size": 0, "agent_count": r["agents_connected"],
+            "req_time_start": fmt_json.num(sd["since"]),
+            "server_thread_count": r["connections"], "agent_queue_size": r["agent_queue"],
+            "agent_count": r["agents_connected"],
             "dbd_agent_queue_size": 0,
             "schedule_cycle_last": int(st.get("last_cycle_ms", 0) * 1000),
             "schedule_cycle_total": st.get("cycles", 0),
-            "jobs_submitted": 0, "jobs_started": st.get("starts", 0),
-            "jobs_completed": js.get("COMPLETED", 0), "jobs_canceled": js.get("CANCELLED", 0),
-            "jobs_failed": js.get("FAILED", 0), "jobs_pending": js.get("PENDING", 0),
+            "jobs_submitted": sd["jobs"]["submitted"], "jobs_started": sd["jobs"]["started"],
+            "jobs_completed": sd["jobs"]["completed"], "jobs_canceled": sd["jobs"]["canceled"],
+            "jobs_failed": sd["jobs"]["failed"], "jobs_pending": js.get("PENDING", 0),
             "jobs_running": js.get("RUNNING", 0),
-            "bf_backfilled_jobs": st.get("backfill_starts", 0), "bf_active": False,
+            "bf_backfilled_jobs": sd["backfilled_since_start"], "bf_active": False,
             "rpcs_by_message_type": [{"message_type": k, "count": v["count"],
                                       "total_time": int(v["total_time_s"] * 1e6),
                                       "average_time": fmt_json.num(

@@ -24,8 +24,12 @@ POOL_MAX = 8  # idle connections kept per uid
 
 
 class ControllerClient:
-    def __init__(self, host: str, port: int, keys: list[bytes], timeout: float = 60.0):
+    def __init__(self, host: str, port: int, keys: list[bytes], timeout: float = 60.0,
+                 hosts: tuple[str, ...] = ()):
+        """``hosts``: every SlurmctldHost address, in order (active/standby controllers);
+        a new connection tries each until one accepts (a standby listens on no TCP port)."""
         self.host = host
+        self.hosts = tuple(hosts) or (host,)
         self.port = port
         self.keys = list(keys)
         self.timeout = timeout
@@ -51,10 +55,16 @@ class ControllerClient:
 
     async def _open(self, msg: dict, uid: int, gid: int) -> Link:
         """A new link as (uid, gid), with ``msg`` already sent behind the handshake."""
-        try:
-            r, w = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 10)
-        except (TimeoutError, OSError) as exc:
-            raise TransportError(f"Unable to contact slurm controller ({exc})") from None
+        r = w = None
+        err: Exception | None = None
+        for host in self.hosts:
+            try:
+                r, w = await asyncio.wait_for(asyncio.open_connection(host, self.port), 10)
+                break
+            except (TimeoutError, OSError) as exc:
+                err = exc
+        if r is None or w is None:
+            raise TransportError(f"Unable to contact slurm controller ({err})") from None
         link = Link(r, w)
         claims = {"uid": uid, "gid": gid, "host": self.hostname}
         try:

@@ -21,8 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--listen", default="127.0.0.1:6820", help="HOST:PORT (default %(default)s)")
     ap.add_argument("-L", dest="logfile", help="log file (default: stderr)")
     args = ap.parse_args(argv)
-    logging.basicConfig(filename=args.logfile, level=logging.INFO,
-                        format="%(asctime)s musterrestd[%(process)d] %(levelname)s %(message)s")
+    from muster.common import logsetup
+    logsetup.setup("musterrestd", args.logfile, logging.INFO)
+    logsetup.install_reopen_signals("musterrestd")  # SIGUSR2/SIGHUP: logrotate
     from muster.common import auth
     from muster.common.errors import MusterError
     from muster.config import load
@@ -50,13 +51,20 @@ def main(argv: list[str] | None = None) -> int:
     from muster.api.app import Api, build_app
     from muster.api.ctlclient import ControllerClient
     from muster.api.jwtauth import JwtVerifier
-    client = ControllerClient(cfg.slurmctld_addr or "127.0.0.1", cfg.slurmctld_port, keys)
+    client = ControllerClient(cfg.slurmctld_addr or "127.0.0.1", cfg.slurmctld_port, keys,
+                              hosts=cfg.slurmctld_addrs)
     verifier = JwtVerifier(os.path.join(cfg.state_save_location, "jwt.key"))
     app = build_app(Api(client, verifier, cfg.cluster_name))
     logging.info("musterrestd listening on http://%s:%d (controller %s:%d)", host,
                  port, client.host, client.port)
-    uvicorn.run(app, host=host, port=port, log_level="warning",
-                access_log=False, log_config=None)
+    from muster.common import pidfile
+    pid_path = os.path.join(cfg.state_save_location, pidfile.RESTD)
+    pidfile.write(pid_path)  # how `muster status/down/restart` find this process
+    try:
+        uvicorn.run(app, host=host, port=port, log_level="warning",
+                    access_log=False, log_config=None)
+    finally:
+        pidfile.remove(pid_path)
     return 0
 
 

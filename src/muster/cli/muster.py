@@ -1,4 +1,5 @@
-"""muster: set up and manage a local cluster (``up``, ``down``, ``status``).
+"""muster: set up and manage a local cluster (``up``, ``down``, ``status``, ``restart``,
+``start-agents``; ``backup`` and ``restore`` of the state store: muster.cli.muster_backup).
 
 ``muster up`` writes a slurm.conf/gres.conf into the state directory, a cluster key (mode
 0600), a pointer that every command finds without environment variables
@@ -16,9 +17,14 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 
 from muster.cli.client import run_main
 from muster.cli.getopt import CliExit
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:  # annotations only
+    from muster.config.slurmconf import ClusterConfig
 
 PIDS = "muster.pids"
 
@@ -37,9 +43,33 @@ def node_addr(i: int) -> str:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
+    """A free port for a daemon to listen on, below the kernel's ephemeral range
+    (ip_local_port_range): a port from that range (what ``bind(0)`` gives) can be taken as the
+    local port of any outgoing connection while its daemon is down for a restart, and the
+    daemon then cannot listen on its own port again."""
+    import random
+    low = _ephemeral_low()
+    top = min(low, 32768) - 1
+    for _ in range(200):
+        port = random.randint(max(1024, top - 12000), top)
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # a crowded host: whatever the kernel gives
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as fh:
+            return int(fh.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _pointer_paths() -> list[str]:
@@ -228,6 +258,22 @@ def _confinement(glob: dict, wanted: bool = True) -> str:
     return CGROUP_CONF
 
 
+def _topology(spec: str | None, glob: dict, names: list[str]) -> str | None:
+    """``--topology tree:N``: a two-level topology.conf (leaf switches ``leaf1..`` of N
+    consecutive nodes under switch ``top``) and ``TopologyPlugin=topology/tree``; None
+    without the option."""
+    if not spec:
+        return None
+    kind, _, size = spec.partition(":")
+    if kind != "tree" or not size.isdigit() or int(size) < 1:
+        raise CliExit([f"muster: error: --topology {spec}: expected tree:N (N nodes per leaf "
+                       "switch)"], 1)
+    from muster.config.topologyconf import render_tree
+    k = int(size)
+    glob["TopologyPlugin"] = "topology/tree"
+    return render_tree([(f"leaf{i // k + 1}", names[i:i + k]) for i in range(0, len(names), k)])
+
+
 def cmd_up(args) -> int:
     from muster.common import auth
     from muster.config import load, render
@@ -238,9 +284,18 @@ def cmd_up(args) -> int:
     except UnsafePath as exc:
         raise CliExit([f"muster: error: {exc}"], 1) from None
     pids = _read_pids(state)
-    if pids and _alive(pids.get("controller")):
+    from muster.common import pidfile
+    running = pidfile.running(os.path.join(state, pidfile.CONTROLLER), "musterctld") or \
+        (pids.get("controller") if pids and _alive(pids.get("controller")) else None)
+    if running:
         raise CliExit([f"muster: error: a cluster is already running from {state} "
-                       f"(musterctld pid {pids['controller']}); run `muster down` first"], 1)
+                       f"(musterctld pid {running}); run `muster down` first (`muster "
+                       "start-agents` starts the agents of nodes that have none)"], 1)
+    if pids and pids.get("kept_jobs") and pids.get("config") and not args.config:
+        # after `muster down --keep-jobs`: the same cluster again, so its jobs are adopted
+        args.config = pids["config"]
+        sys.stderr.write(f"muster: note: restarting the cluster of {args.config} (stopped with "
+                         "--keep-jobs); its running jobs are adopted\n")
     key = os.path.join(state, "muster.key")
     if not os.path.lexists(key):
         auth.generate_key(key)
@@ -284,13 +339,22 @@ def cmd_up(args) -> int:
         if gpus:
             glob["GresTypes"] = "gpu"
         cgroup_conf = _confinement(glob, not args.no_confine)
+        topology_conf = _topology(args.topology, glob, node_names)
         slurm_conf, gres_conf = render("muster", nodes, parts, glob)
+        if args.standby:  # a second controller on this machine, on its own loopback address
+            slurm_conf += "SlurmctldHost=standby(127.0.0.2)\n"
         with open(conf, "w") as fh:
             fh.write(slurm_conf)
         with open(os.path.join(state, "gres.conf"), "w") as fh:
             fh.write(gres_conf)
         with open(os.path.join(state, "cgroup.conf"), "w") as fh:
             fh.write(cgroup_conf)
+        topo_path = os.path.join(state, "topology.conf")
+        if topology_conf:
+            with open(topo_path, "w") as fh:
+                fh.write(topology_conf)
+        elif os.path.lexists(topo_path):
+            os.unlink(topo_path)  # a previous `up --topology` of this state directory
         cfg = load(conf)
     for ptr in ([] if args.no_link else _pointer_paths()):
         os.makedirs(os.path.dirname(ptr), exist_ok=True)
@@ -310,12 +374,14 @@ def cmd_up(args) -> int:
         if time.time() > deadline:
             raise CliExit(["muster: error: musterctld did not answer in time"], 1)
         time.sleep(0.05)
+    _start_standbys(cfg, conf, logdir, record, state)
     if args.emulate:
         from muster.common.hostlist import compress
         names = compress(list(cfg.nodes))
         pid = _spawn([_bin("musterd"), "-f", conf, "-N", names, "-L",
                       os.path.join(logdir, "musterd.log")], os.path.join(logdir, "musterd.out"))
         record["agents"] = {name: pid for name in cfg.nodes}
+        record["emulate"] = True  # `muster start-agents` keeps to one process for new nodes
     else:
         for name in cfg.nodes:
             record["agents"][name] = _spawn(
@@ -340,6 +406,17 @@ def cmd_up(args) -> int:
 
 
 RESTD_INFO = "musterrestd.json"
+
+
+def _start_standbys(cfg, conf: str, logdir: str, record: dict, state: str) -> None:
+    """Controllers 1.. of a configuration with several SlurmctldHosts (``--standby``): each
+    waits for the lease (muster.controller.leader); recorded for `muster down`."""
+    for i in range(1, len(cfg.slurmctld_hosts)):
+        record.setdefault("standby", {})[str(i)] = _spawn(
+            [_bin("musterctld"), "-f", conf, "--index", str(i),
+             "-L", os.path.join(logdir, f"musterctld.{i}.log")],
+            os.path.join(logdir, f"musterctld.{i}.out"))
+    _write_pids(state, record)
 
 
 def _start_restd(state: str, conf: str, logdir: str, record: dict, deadline: float) -> dict | None:
@@ -400,17 +477,73 @@ def _running_state_dir(args) -> str:
     return default_state_dir()
 
 
+@dataclass
+class Layout:
+    """What the configuration says of the cluster in a state directory.
+
+    ``nodes``: the configured nodes, in order; ``spools``: node -> spool directory for them;
+    ``retired``: the same for nodes muster.pids recorded an agent for that the configuration
+    no longer has (removed by ``scontrol reconfigure``; the agent runs on until its last job
+    ends, then stops); ``cfg``: the loaded configuration, None when it cannot be read (then
+    only the controller and the REST daemon are found)."""
+    conf: str | None
+    nodes: list[str] = field(default_factory=list)
+    spools: dict[str, str] = field(default_factory=dict)
+    retired: dict[str, str] = field(default_factory=dict)
+    cfg: ClusterConfig | None = None
+
+
+def _layout(state: str, rec: dict | None) -> Layout:
+    """The layout of the cluster in ``state``: from the config muster.pids names, else the
+    one in the state directory."""
+    conf = (rec or {}).get("config") or os.path.join(state, "slurm.conf")
+    try:
+        from muster.config import load
+        cfg = load(conf)
+    except Exception:  # noqa: BLE001 - a broken config must not stop `muster down`
+        return Layout(conf if os.path.exists(conf) else None)
+    template = cfg.slurmd_spool_dir or os.path.join(cfg.state_save_location, "spool", "%n")
+    gone = [n for n in (rec or {}).get("agents") or {} if n not in cfg.nodes]
+    return Layout(conf, list(cfg.nodes), {n: cfg.node_path(template, n) for n in cfg.nodes},
+                  {n: cfg.node_path(template, n) for n in gone}, cfg)
+
+
 def cmd_down(args) -> int:
+    """Stop the daemons found through their pid files (muster.cli.muster_daemons); unless
+    ``--keep-jobs``, also the jobs and steps they ran. With ``--keep-jobs`` the jobs go on
+    under their supervisors and step daemons, and the next ``muster up`` adopts them."""
+    from muster.cli import muster_daemons
     state = _running_state_dir(args)
     rec = _read_pids(state)
-    if not rec:
+    lay = _layout(state, rec)
+    conf = lay.conf
+    daemons = muster_daemons.find(state, lay.spools, rec, lay.retired)
+    if not rec and not daemons:
         raise CliExit([f"muster: error: no cluster is running from {state}"], 1)
-    procs = list(dict.fromkeys(p for p in [rec.get("restd"), rec.get("controller"),
-                                           *rec.get("agents", {}).values()] if p))
-    for pid in procs:
-        _signal(pid, signal.SIGTERM)
-    # jobs run under per-job supervisors that outlive their agent on purpose: stop them too
+    muster_daemons.stop(daemons)
     spool_root = os.path.join(state, "spool")
+    if not args.keep_jobs:
+        _kill_jobs(spool_root)
+        _remove_job_trees(spool_root)
+    if args.keep_jobs:
+        _write_pids(state, {"config": conf or (rec or {}).get("config"), "state_dir": state,
+                            "agents": {}, "kept_jobs": True})
+    else:
+        try:
+            os.unlink(os.path.join(state, PIDS))
+        except FileNotFoundError:
+            pass
+    try:
+        os.unlink(os.path.join(state, RESTD_INFO))
+    except FileNotFoundError:
+        pass
+    print("Muster cluster stopped" + (" (jobs left running; `muster up` adopts them)"
+                                      if args.keep_jobs else ""))
+    return 0
+
+
+def _kill_jobs(spool_root: str) -> None:
+    """Jobs run under per-job supervisors that outlive their agent on purpose: stop them."""
     for root, dirs, files in os.walk(spool_root):
         dirs[:] = [d for d in dirs if d != ".trash"]
         if "job.pid" in files and "status.json" not in files:
@@ -428,20 +561,6 @@ def cmd_down(args) -> int:
                             os.kill(pid, signal.SIGKILL)
                     except (ProcessLookupError, PermissionError):
                         pass
-    deadline = time.time() + 10
-    while any(_alive(p) for p in procs) and time.time() < deadline:
-        time.sleep(0.05)
-    for pid in procs:
-        if _alive(pid):
-            _signal(pid, signal.SIGKILL)
-    _remove_job_trees(spool_root)
-    os.unlink(os.path.join(state, PIDS))
-    try:
-        os.unlink(os.path.join(state, RESTD_INFO))
-    except FileNotFoundError:
-        pass
-    print("Muster cluster stopped")
-    return 0
 
 
 def _remove_job_trees(spool_root: str) -> None:
@@ -456,38 +575,59 @@ def _remove_job_trees(spool_root: str) -> None:
         remove_node_tree(spool)
 
 
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
+def _status_daemons(state: str, rec: dict) -> tuple[list[dict], int | None]:
+    """The controller and one entry per node, with the pid of the process that runs it now
+    (found by its pid file, muster.cli.muster_daemons), else the one muster.pids recorded,
+    shown stopped; and the REST daemon's pid (None when it does not run). A node removed
+    from the configuration is shown only while its agent still runs (its last jobs): once
+    that agent has stopped, there is nothing wrong to report."""
+    from muster.cli import muster_daemons
+    lay = _layout(state, rec)
+    nodes = lay.nodes
+    found = muster_daemons.find(state, lay.spools, rec, lay.retired)
+    ctld = next((d.pid for d in found if d.kind == "musterctld"), None)
+    restd = next((d.pid for d in found if d.kind == "musterrestd"), None)
+    agent_of = {n: d.pid for d in found if d.kind == "musterd" for n in d.nodes}
+    out = []
+    if ctld or rec.get("controller"):
+        out.append({"name": "musterctld", "pid": ctld or rec.get("controller"),
+                    "running": ctld is not None})
+    recorded = rec.get("agents") or {}
+    for n in nodes or list(recorded):
+        pid = agent_of.get(n) or recorded.get(n)
+        if pid:
+            out.append({"name": f"musterd {n}", "node": n, "pid": pid, "running": n in agent_of})
+    for n in lay.retired:
+        if n in agent_of:
+            out.append({"name": f"musterd {n}", "node": n, "pid": agent_of[n], "running": True,
+                        "removed": True})
+    return out, restd
 
 
 def cmd_status(args) -> int:
     state = _running_state_dir(args)
     rec = _read_pids(state) or {}
-    conf = rec.get("config")
+    daemons, restd = _status_daemons(state, rec)
+    if rec.get("kept_jobs") and not any(d["running"] for d in daemons):
+        rec = {}  # stopped by `muster down --keep-jobs`: not running
+    conf = rec.get("config") or (os.path.join(state, "slurm.conf") if daemons else None)
     info = _ping(conf) if conf else None
     nodes = []
     if info is not None and conf:
         from muster.cli import client
         os.environ["MUSTER_CONF"] = conf
         nodes = client.call({"op": "nodes"})["nodes"]
-    daemons = []
-    if rec.get("controller"):
-        daemons.append({"name": "musterctld", "pid": rec["controller"],
-                        "running": _alive(rec["controller"])})
+    running = bool(rec) or any(d["running"] for d in daemons)
     api = None
-    if rec.get("restd"):
+    if restd or rec.get("restd"):
         # reported under "api" (not "daemons", whose list is the controller and the agents)
         try:
             with open(os.path.join(state, RESTD_INFO)) as fh:
                 api = json.load(fh)
-            api["running"] = _alive(rec["restd"])
+            api["running"] = restd is not None
+            api["pid"] = restd or api.get("pid")
         except (OSError, ValueError):
             api = None
-    for n, pid in (rec.get("agents") or {}).items():
-        daemons.append({"name": f"musterd {n}", "node": n, "pid": pid, "running": _alive(pid)})
     out: dict = {"state_dir": state, "config": conf, "controller_responding": info is not None,
                  "cluster": info and info.get("cluster"), "daemons": daemons, "api": api,
                  "nodes": [{"name": n["name"], "addr": n["addr"], "state": n["state"],
@@ -495,8 +635,8 @@ def cmd_status(args) -> int:
                            for n in nodes]}
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0 if rec else 1
-    if not rec:
+        return 0 if running else 1
+    if not running:
         print(f"No Muster cluster is running from {state}")
         return 1
     print(f"Config:     {conf}")
@@ -508,11 +648,155 @@ def cmd_status(args) -> int:
         print(f"Dashboard:  {api['dashboard']}")
         print(f"Metrics:    {api['metrics']}")
     for d in daemons:
-        print(f"  {d['name']:<16} pid {d['pid']:<8} {'running' if d['running'] else 'stopped'}")
+        print(f"  {d['name']:<16} pid {d['pid']:<8} {'running' if d['running'] else 'stopped'}"
+              + ("  (node removed from the configuration)" if d.get("removed") else ""))
     for n in out["nodes"]:
         st = "+".join([n["state"]] + n["flags"])
         print(f"  {n['name']:<10} {n['addr']:<12} {st:<24} cpus={n['cpus']} gpus={n['gpus']}")
     return 0
+
+
+def _running_cluster(args):
+    """(state dir, muster.pids record, layout, running daemons, controller) of the cluster
+    ``restart``/``start-agents`` act on; a clear error when no controller runs. The record
+    forgets agents of removed nodes that have stopped."""
+    from muster.cli import muster_daemons
+    state = _running_state_dir(args)
+    rec = _read_pids(state) or {}
+    lay = _layout(state, rec)
+    found = muster_daemons.find(state, lay.spools, rec, lay.retired)
+    ctld = next((d for d in found if d.kind == "musterctld"), None)
+    if ctld is None or lay.conf is None:
+        raise CliExit([f"muster: error: no controller is running from {state}"], 1)
+    os.environ["MUSTER_CONF"] = lay.conf
+    served = {n for d in found if d.kind == "musterd" for n in d.nodes}
+    rec["agents"] = {n: p for n, p in (rec.get("agents") or {}).items()
+                     if n not in lay.retired or n in served}
+    rec.update({"config": lay.conf, "state_dir": state, "controller": ctld.pid})
+    _write_pids(state, rec)
+    os.makedirs(os.path.join(state, "log"), exist_ok=True)
+    return state, rec, lay, found, ctld
+
+
+def _missing_agents(lay: Layout, found: list, restarting: bool) -> tuple[list[str], list[str]]:
+    """(nodes to start an agent for, nodes the controller does not know yet): this host's
+    configured nodes that have no agent running. Nodes of other hosts, and nodes the
+    controller does not know (slurm.conf edited but not reconfigured: it would refuse their
+    agent), are named on stderr and left out."""
+    from muster.cli import client, muster_daemons
+    served = {n for d in found if d.kind == "musterd" for n in d.nodes}
+    missing = [n for n in lay.nodes if n not in served]
+    if not missing or lay.cfg is None:
+        return [], []
+    known = {n["name"] for n in client.call({"op": "nodes"})["nodes"]}
+    todo, unknown = [], []
+    for n in missing:
+        node = lay.cfg.nodes[n]
+        if not muster_daemons.is_local(node.addr, node.hostname):
+            sys.stderr.write(f"muster: note: {n} ({node.addr}) is not a node of this host; "
+                             "start its musterd there\n")
+        elif n not in known:
+            unknown.append(n)
+            sys.stderr.write(f"muster: note: the controller does not know {n} yet; run "
+                             "`scontrol reconfigure` first\n")
+        else:
+            todo.append(n)
+            if restarting:
+                sys.stderr.write(f"muster: note: no musterd ran for {n}; starting one\n")
+    return todo, unknown
+
+
+def _start_missing(state: str, rec: dict, lay: Layout, found: list, timeout: float,
+                   restarting: bool = False) -> tuple[list, list[str]]:
+    """Start the agents ``_missing_agents`` names, leaving running ones alone: one process
+    per node, or one for all of them when the cluster is emulated (``--emulate``). Returns
+    the started daemons once every one of their nodes has registered, and the nodes left
+    out because the controller does not know them."""
+    from muster.cli import client, muster_daemons
+    from muster.common.hostlist import compress
+    todo, unknown = _missing_agents(lay, found, restarting)
+    if not todo:
+        return [], unknown
+    logdir = os.path.join(state, "log")
+    emulated = rec.get("emulate") or any(len(d.nodes) > 1 for d in found if d.kind == "musterd")
+    groups = [todo] if emulated else [[n] for n in todo]
+    plans = [(g, [_bin("musterd"), "-f", lay.conf or "", "-N", compress(g), "-L",
+                  os.path.join(logdir, f"musterd-{g[0]}.log")]) for g in groups]
+    started = muster_daemons.start_agents(plans, client.call, logdir, timeout)
+    for d in started:
+        rec["agents"].update(dict.fromkeys(d.nodes, d.pid))
+        print(f"musterd {','.join(d.nodes)} started (pid {d.pid})", flush=True)
+    _write_pids(state, rec)
+    return started, unknown
+
+
+def cmd_start_agents(args) -> int:
+    """``muster start-agents``: start what is missing, touch nothing that runs. Exit 1 when
+    a node of this host was left out because the controller does not know it yet."""
+    state, rec, lay, found, _ctld = _running_cluster(args)
+    try:
+        started, unknown = _start_missing(state, rec, lay, found, args.timeout)
+    except (TimeoutError, RuntimeError) as exc:
+        raise CliExit([f"muster: error: {exc}"], 1) from None
+    if not started and not unknown:
+        print("No musterd to start: every node of this host has one running")
+    return 1 if unknown else 0
+
+
+def cmd_restart(args) -> int:
+    """Rolling restart (muster.cli.muster_daemons): the agents one process at a time, each
+    waited for until its nodes registered again, and the missing agents of this host's nodes
+    started; then the controller; then musterrestd, a client of the controller, waited for
+    until it answers HTTP. Jobs keep running."""
+    from muster.cli import client, muster_daemons
+    state, rec, lay, found, ctld = _running_cluster(args)
+    logdir = os.path.join(state, "log")
+    try:
+        if args.which in ("all", "agents"):
+            for d in (d for d in found if d.kind == "musterd"):
+                pid = muster_daemons.restart_agent(d, client.call, logdir, args.timeout)
+                rec["agents"].update(dict.fromkeys(d.nodes, pid))
+                _write_pids(state, rec)
+                print(f"musterd {','.join(d.nodes)} restarted (pid {pid})", flush=True)
+            found += _start_missing(state, rec, lay, found, args.timeout, restarting=True)[0]
+        if args.which in ("all", "controller"):
+            served = [n for d in found if d.kind == "musterd" for n in d.nodes
+                      if n in lay.spools]
+            rec["controller"] = muster_daemons.restart_controller(ctld, client.call, logdir,
+                                                                  served, args.timeout)
+            _write_pids(state, rec)
+            print(f"musterctld restarted (pid {rec['controller']})", flush=True)
+        if args.which in ("all", "api"):
+            _restart_restd(state, rec, found, args)
+    except (TimeoutError, RuntimeError) as exc:
+        raise CliExit([f"muster: error: {exc}"], 1) from None
+    return 0
+
+
+def _restart_restd(state: str, rec: dict, found: list, args) -> None:
+    """Restart musterrestd when it runs (the ``api`` extra); ``--api`` insists on one."""
+    from muster.cli import muster_daemons
+    restd = next((d for d in found if d.kind == "musterrestd"), None)
+    if restd is None:
+        if args.which == "api":
+            raise CliExit([f"muster: error: no musterrestd is running from {state}"], 1)
+        if rec.get("restd"):
+            sys.stderr.write("muster: note: musterrestd is not running; not restarted\n")
+        return
+    rec["restd"] = muster_daemons.restart_restd(restd, state, os.path.join(state, "log"),
+                                                args.timeout)
+    _write_pids(state, rec)
+    info_path = os.path.join(state, RESTD_INFO)
+    try:
+        with open(info_path) as fh:
+            info = json.load(fh)
+        info["pid"] = rec["restd"]
+        with open(info_path + ".tmp", "w") as fh:
+            json.dump(info, fh)
+        os.replace(info_path + ".tmp", info_path)
+    except (OSError, ValueError):
+        pass  # started by hand, without `muster up`'s URL file: nothing to update
+    print(f"musterrestd restarted (pid {rec['restd']})", flush=True)
 
 
 def _main() -> int:
@@ -529,6 +813,12 @@ def _main() -> int:
                     help="comma list name[:MaxTime]; the first is the default")
     up.add_argument("--state-dir")
     up.add_argument("--config", help="use this existing slurm.conf")
+    up.add_argument("--standby", action="store_true",
+                    help="also start a standby controller (SlurmctldHost standby, 127.0.0.2) "
+                         "that takes over when the first one stops (issue 16)")
+    up.add_argument("--topology", metavar="tree:N",
+                    help="a two-level switch tree with N nodes per leaf switch "
+                         "(writes topology.conf, TopologyPlugin=topology/tree)")
     up.add_argument("--timeout", type=float, default=60)
     up.add_argument("--emulate", action="store_true",
                     help="serve every node from one musterd process (large emulated clusters)")
@@ -540,10 +830,38 @@ def _main() -> int:
                          "(several clusters side by side; use MUSTER_CONF)")
     down = sub.add_parser("down", help="stop the cluster and everything it started")
     down.add_argument("--state-dir")
+    down.add_argument("--keep-jobs", action="store_true",
+                      help="stop the daemons only: running jobs and steps go on, and the next "
+                           "`muster up` adopts them")
+    rs = sub.add_parser("restart", help="restart the daemons one by one; jobs keep running")
+    rs.add_argument("--state-dir")
+    which = rs.add_mutually_exclusive_group()
+    which.add_argument("--controller", dest="which", action="store_const", const="controller",
+                       help="only the controller")
+    which.add_argument("--agents", dest="which", action="store_const", const="agents",
+                       help="only the agents, one process at a time; this host's nodes "
+                            "with none running get one")
+    which.add_argument("--api", dest="which", action="store_const", const="api",
+                       help="only musterrestd (REST API and dashboard)")
+    which.add_argument("--all", dest="which", action="store_const", const="all",
+                       help="agents one by one (and the missing ones started), then the "
+                            "controller, then musterrestd (the default)")
+    rs.set_defaults(which="all")
+    rs.add_argument("--timeout", type=float, default=120,
+                    help="seconds to wait for each daemon to come back (default %(default)s)")
+    sa = sub.add_parser("start-agents",
+                        help="start the agents of this host's nodes that have none running "
+                             "(e.g. nodes added by `scontrol reconfigure`); running ones are "
+                             "left alone")
+    sa.add_argument("--state-dir")
+    sa.add_argument("--timeout", type=float, default=120,
+                    help="seconds to wait for the nodes to register (default %(default)s)")
     st = sub.add_parser("status", help="show daemons, nodes and config")
     st.add_argument("--state-dir")
     st.add_argument("--json", action="store_true")
     sub.add_parser("sim", add_help=False, help="replay a job trace in virtual time (muster sim -h)")
+    from muster.cli import muster_backup  # stdlib-only until a command runs
+    muster_backup.add_parsers(sub)
     if sys.argv[1:2] == ["sim"]:  # own parser; imported only when chosen (keeps muster light)
         from muster.cli import muster_sim
         return muster_sim.main(sys.argv[2:])
@@ -556,6 +874,14 @@ def _main() -> int:
         return cmd_up(args)
     if args.cmd == "down":
         return cmd_down(args)
+    if args.cmd == "restart":
+        return cmd_restart(args)
+    if args.cmd == "start-agents":
+        return cmd_start_agents(args)
+    if args.cmd == "backup":
+        return muster_backup.cmd_backup(args)
+    if args.cmd == "restore":
+        return muster_backup.cmd_restore(args)
     return cmd_status(args)
 
 

@@ -18,15 +18,17 @@ def raise_fd_limit() -> None:
 def daemon_start(prog: str, path: str | None, logfile: str | None, verbose: int) -> str | None:
     """What both daemons do first: check they have a config (``path``: ``-f``, else what
     muster.config.locate found; the caller locates it, common may not import config), raise
-    the fd limit, set up logging. Returns the config path, or None after printing why not."""
+    the fd limit, set up logging (a log file reopens on SIGUSR2 and SIGHUP: logrotate).
+    Returns the config path, or None after printing why not."""
     import logging
     import sys
+
+    from muster.common import logsetup
 
     if not path:
         print(f"{prog}: error: no configuration found (use -f or MUSTER_CONF)", file=sys.stderr)
         return None
     raise_fd_limit()
-    logging.basicConfig(
-        filename=logfile, level=logging.DEBUG if verbose else logging.INFO,
-        format=f"%(asctime)s {prog}[%(process)d] %(levelname)s %(message)s")
+    logsetup.setup(prog, logfile, logging.DEBUG if verbose else logging.INFO)
+    logsetup.install_reopen_signals(prog)
     return path

@@ -19,7 +19,9 @@ Conventions of the typed fields
 * keyword values are upper-cased (node/partition states, OverSubscribe, EnforcePartLimits,
   PreemptMode); plugin names are kept as written.
 
-Muster extension keys (global): ``MusterOperators=alice,bob`` -- users with operator rights
+Muster extension keys (global): ``MusterStateStore=postgresql://...`` -- keep the
+controller's state in PostgreSQL (any libpq connection URI) instead of SQLite in
+StateSaveLocation; ``MusterOperators=alice,bob`` -- users with operator rights
 (besides root / SlurmUser).
 """
 
@@ -33,6 +35,8 @@ from dataclasses import dataclass, field
 from muster.common import hostlist, timefmt, units
 from muster.common.errors import ConfigError, InputError
 from muster.config.locate import MARKER
+from muster.config.topologyconf import PLUGINS as TOPOLOGY_PLUGINS
+from muster.config.topologyconf import TopologyConf, load_topology
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the CLI reads this module, keep typing out
 if TYPE_CHECKING:
@@ -175,6 +179,9 @@ class ClusterConfig:
     slurmctld_host: str
     slurmctld_addr: str
     slurmctld_hosts: tuple[str, ...] = ()
+    # the address of each SlurmctldHost, in order: its "(addr)", else (the first only)
+    # SlurmctldAddr, else its name; a standby controller listens on its own
+    slurmctld_addrs: tuple[str, ...] = ()
     slurmctld_port: int = 6817
     slurmd_port: int = 6818
     slurm_user: str = "root"
@@ -219,7 +226,9 @@ class ClusterConfig:
     job_acct_gather_frequency: str = "30"
     return_to_service: int = 0
     slurmd_timeout: int = 300
-    slurmctld_timeout: int = 120
+    # SlurmctldTimeout: the leader's lease, after which a standby takes over (issue 16).
+    # Slurm's default is 120 s; Muster's is 8 s, so that a fail-over stays under 10 s.
+    slurmctld_timeout: int = 8
     message_timeout: int = 10
     inactive_limit: int = 0
     kill_wait: int = 30
@@ -272,8 +281,13 @@ class ClusterConfig:
     tmp_fs: str = "/tmp"
     mail_prog: str = "/bin/mail"
     operators: tuple[str, ...] = ()
+    state_store: str | None = None  # MusterStateStore (None: SQLite in StateSaveLocation)
+    client_retry: int = 60  # MusterClientRetry: seconds a command retries an unreachable controller
+    lease_grace: int = 30  # MusterLeaseGrace: seconds an orphaned srun/salloc lease may re-attach
     gres_autodetect: str | None = None
     gres_conf_path: str | None = None
+    # topology.conf, read when TopologyPlugin is topology/tree or topology/block (else None)
+    topology: TopologyConf | None = None
     nodes: dict[str, NodeConf] = field(default_factory=dict)
     partitions: dict[str, PartitionConf] = field(default_factory=dict)
     nodesets: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -305,6 +319,11 @@ class ClusterConfig:
     @property
     def db_path(self) -> str:
         return os.path.join(self.state_save_location, "muster.db")
+
+    @property
+    def store_url(self) -> str:
+        """What ``muster.store.open_store`` opens: MusterStateStore, else the SQLite file."""
+        return self.state_store or self.db_path
 
     @property
     def key_path(self) -> str:
@@ -454,6 +473,9 @@ _TYPED_GLOBALS: dict[str, tuple[str, str]] = {
     "MailProg": ("mail_prog", "str"),
     # Muster extension
     "MusterOperators": ("operators", "list"),
+    "MusterStateStore": ("state_store", "optstr"),
+    "MusterClientRetry": ("client_retry", "int"),  # read by the CLI (cli/client.py)
+    "MusterLeaseGrace": ("lease_grace", "int"),  # controller.leases
 }
 
 # Keys real Slurm configurations use that Muster accepts but does not act on.
@@ -1294,17 +1316,20 @@ def _merge_gres(node: dict, glines: list[_GresLine]) -> tuple[GresConf, ...]:
 # load
 
 
-def _check_job_limits(path: str, gvals: dict) -> None:
+def _check_job_limits(path: str, gvals: dict, where: dict[str, tuple[str, int]]) -> None:
     """The limits every submission is checked against must be usable: MaxJobCount >= 1 (as
     slurmctld, which refuses to start with "No jobs permitted"), max_script_size a byte
-    count >= 1."""
+    count >= 1. ``where``: key -> (file, line) of its last setting, for the message."""
+    def at(key: str) -> str:
+        return "%s:%d" % where[key] if key in where else path
+
     if gvals.get("max_job_count", 1) < 1:
-        raise ConfigError(f"{path}: MaxJobCount={gvals['max_job_count']}: no jobs permitted "
-                          "(must be >= 1)")
+        raise ConfigError(f"{at('MaxJobCount')}: MaxJobCount={gvals['max_job_count']}: no jobs "
+                          "permitted (must be >= 1)")
     size = (gvals.get("scheduler_parameters") or {}).get("max_script_size")
     if size is not None and (not size.isascii() or not size.isdigit() or int(size) < 1):
-        raise ConfigError(f"{path}: invalid SchedulerParameters max_script_size={size!r} "
-                          "(expected a byte count >= 1)")
+        raise ConfigError(f"{at('SchedulerParameters')}: invalid SchedulerParameters "
+                          f"max_script_size={size!r} (expected a byte count >= 1)")
 
 
 def load(path: str) -> ClusterConfig:
@@ -1399,10 +1424,11 @@ def load(path: str) -> ClusterConfig:
         gvals["cluster_name"] = cluster_name.lower()
     if not ctld_hosts:
         raise ConfigError(f"{path}: missing required parameter 'SlurmctldHost'")
-    _check_job_limits(path, gvals)
+    _check_job_limits(path, gvals, seen_global)
     gvals["slurmctld_host"] = ctld_hosts[0][0]
     gvals["slurmctld_addr"] = ctld_hosts[0][1] or ctld_addr or ctld_hosts[0][0]
     gvals["slurmctld_hosts"] = tuple(h for h, _ in ctld_hosts)
+    gvals["slurmctld_addrs"] = (gvals["slurmctld_addr"],) + tuple(a or h for h, a in ctld_hosts[1:])
 
     # --- gres.conf ---------------------------------------------------------------------------
     gres_types = gvals.get("gres_types", ())
@@ -1493,6 +1519,13 @@ def load(path: str) -> ClusterConfig:
                 part = _replace(part, default=False)
         partitions[part.name] = part
 
+    plugin = str(gvals.get("topology_plugin") or "topology/none").lower()
+    if plugin in TOPOLOGY_PLUGINS:
+        gvals["topology"] = load_topology(os.path.dirname(os.path.abspath(path)), plugin, nodes)
+    elif plugin not in ("topology/none", "topology/default", "topology/flat"):
+        f, ln = seen_global["TopologyPlugin"]
+        raise _err(f, ln, f"TopologyPlugin={gvals['topology_plugin']} is not supported "
+                          "(topology/tree, topology/block, topology/none)")
     return ClusterConfig(
         path=path,
         nodes=nodes,

@@ -14,7 +14,7 @@ Operations:
 ``usage``       GPU-/CPU-hours by account over time buckets, from accounting
 ``metrics``     aggregate counts for Prometheus (jobs, reasons, nodes, resources, RPCs, ...);
                 per-user job counts only for operators
-``diag``        sdiag-style statistics
+(``diag``, sdiag's statistics, is muster.controller.diag's)
 
 Counters (RPC counts/latency, store commit latency) are module-level: one controller per
 process. ``observe_rpc`` is called by ``Controller.dispatch`` and ``observe_commit`` by the
@@ -351,24 +351,16 @@ def events(ctl, msg, uid, gid):
         limit = 500
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 < limit <= 5000:
         raise RequestError("limit must be 1 to 5000", "invalid_request")
-    sql = "SELECT id, time, job_id, node, event, detail FROM events"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id DESC LIMIT ?"
-    rows = ctl.state.store._db.execute(sql, (*args, limit)).fetchall()
+    rows = ctl.state.store.query_events(where, args, limit)
     return {"events": [{"id": i, "time": t, "job_id": j, "node": n, "event": e, "detail": d or ""}
                        for i, t, j, n, e, d in rows], "now": now()}
 
 
 def _update_event_totals(ctl) -> None:
     """Fold new rows of the events table into the requeue / node-failure counters."""
-    db = ctl.state.store._db
     last = _EVENT_STATE["last_id"]
-    marks = ",".join("?" * len(_COUNTED_EVENTS))
-    rows = db.execute(f"SELECT event, COUNT(*), MAX(id) FROM events WHERE id>? AND event IN "
-                      f"({marks}) GROUP BY event", (last, *_COUNTED_EVENTS)).fetchall()
-    top = db.execute("SELECT MAX(id) FROM events").fetchone()[0] or last
-    for ev, n, _ in rows:
+    rows, top = ctl.state.store.event_counts(last, tuple(_COUNTED_EVENTS))
+    for ev, n in rows:
         _EVENT_TOTALS[_COUNTED_EVENTS[ev]] += n
     _EVENT_STATE["last_id"] = top
 
@@ -381,7 +373,7 @@ def _job_state(j) -> str:
 
 def _job_gpus(j) -> int:
     if j.alloc:
-        return sum(len(a["gpus"]) for a in j.alloc)
+        return sum(len(a.gpus) for a in j.alloc)
     if j.gpus:
         return j.gpus
     return (j.gpus_per_node or 0) * (j.num_nodes or 1)
@@ -410,8 +402,8 @@ def dash(ctl, msg, uid, gid):
             if job is None:
                 continue
             for a in job.alloc:
-                if a["node"] == n.name:
-                    for g in a["gpus"]:
+                if a.node == n.name:
+                    for g in a.gpus:
                         owners[g] = jid
         gpu_owner.append([owners.get(g, 0) for g in n.gpu_indices])
     cols = ("id", "display_id", "name", "user", "account", "partition", "state", "reason",
@@ -426,7 +418,7 @@ def dash(ctl, msg, uid, gid):
                      j.end_time, j.time_limit, j.node_list, _job_gpus(j), j.num_cpus,
                      j.priority, f"{j.exit_code}:{j.exit_signal}", j.array_job_id, j.num_nodes,
                      use.get(j.job_id) if j.state == "RUNNING" else None,
-                     sum(a.get("mem", 0) for a in j.alloc)])
+                     sum(a.mem for a in j.alloc)])
     return {"now": t, "cluster": ctl.cfg.cluster_name,
             "nodes": {"name": names, "state": states, "flags": flags, "cpus": cpus,
                       "cpus_alloc": cpus_alloc, "mem": mem, "mem_alloc": mem_alloc,
@@ -548,19 +540,3 @@ def metrics(ctl, msg, uid, gid):
         "events": dict(_EVENT_TOTALS),
         "uptime_seconds": t - st.boot_time,
     }
-
-
-@op("diag")
-def diag(ctl, msg, uid, gid):
-    st = ctl.state
-    counts: dict[str, int] = {}
-    for j in st.jobs.values():
-        counts[j.state] = counts.get(j.state, 0) + 1
-    _update_event_totals(ctl)
-    return {"now": now(), "cluster": ctl.cfg.cluster_name, "boot_time": st.boot_time,
-            "stats": dict(ctl.stats), "jobs_in_memory": len(st.jobs), "job_states": counts,
-            "agents_connected": sum(1 for n in st.nodes.values() if n.connected),
-            "nodes": len(st.nodes),
-            "rpc": {k: {"count": h.count, "total_time_s": round(h.total, 6)}
-                    for k, h in sorted(RPC.items())},
-            "events": dict(_EVENT_TOTALS)}

@@ -113,15 +113,19 @@ class Mailer:
     """Decides which notifications a job's change calls for and runs MailProg for them."""
 
     def __init__(self, cfg, state) -> None:
-        raw = getattr(cfg, "raw", None) or {}
-        self.prog = cfg.mail_prog if "MailProg" in raw else default_mail_prog()
-        self.domain = (raw.get("MailDomain") or "").strip() or None
-        self.cluster = cfg.cluster_name
+        self.configure(cfg)
         self.state = state
         self.queue: deque[tuple[list[str], dict]] = deque()
         self.running = 0
         self.timed: set[int] = set()  # running jobs that asked for TIME_LIMIT* mails
         self._dropped_at = 0.0
+
+    def configure(self, cfg) -> None:
+        """MailProg, MailDomain, the cluster name: at start and on reconfigure."""
+        raw = getattr(cfg, "raw", None) or {}
+        self.prog = cfg.mail_prog if "MailProg" in raw else default_mail_prog()
+        self.domain = (raw.get("MailDomain") or "").strip() or None
+        self.cluster = cfg.cluster_name
 
     def track_loaded(self, jobs) -> None:
         """After a restart: running jobs that still expect time-limit mails."""

@@ -1,4 +1,7 @@
-"""musterctld entry point: ``musterctld [-f slurm.conf] [-D] [-L logfile]``."""
+"""musterctld entry point: ``musterctld [-f slurm.conf] [-D] [-L logfile] [--index N]``.
+
+With several SlurmctldHost lines the process is one of an active/standby set
+(muster.controller.leader): ``--index`` says which (default: by host name, else 0)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-D", dest="foreground", action="store_true", help="run in the foreground")
     ap.add_argument("-L", dest="logfile", help="log file (default: stderr)")
     ap.add_argument("-v", dest="verbose", action="count", default=0)
+    ap.add_argument("--index", type=int, default=None,
+                    help="which SlurmctldHost this controller is (0: the primary)")
     args = ap.parse_args(argv)
     from muster.common.auth import CredentialError
     from muster.common.errors import MusterError
@@ -35,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"musterctld: error: {exc}", file=sys.stderr)
             return 1
         from muster.common.clock import RealClock
+        if len(cfg.slurmctld_hosts) > 1:  # active/standby: the lease decides who leads
+            return _run_ha(cfg, args.index, RealClock())
         from muster.controller.server import Controller
-        from muster.store.sqlite import SqliteStore
-        store = SqliteStore(cfg.db_path)
+        from muster.store import open_store
+        store = open_store(cfg.store_url, claim="musterctld")  # refuses a newer schema
         ctl = Controller(cfg, store, RealClock())
     except MusterError as exc:
         print(f"musterctld: error: {exc.message}", file=sys.stderr)
@@ -55,8 +62,34 @@ def main(argv: list[str] | None = None) -> int:
         uvloop.install()
     except ImportError:
         pass
-    asyncio.run(ctl.serve())
+    from muster.common import pidfile
+    pid_path = os.path.join(cfg.state_save_location, pidfile.CONTROLLER)
+    pidfile.write(pid_path)  # how `muster status/down/restart` find this process
+    try:
+        asyncio.run(ctl.serve())
+    finally:
+        pidfile.remove(pid_path)
     return 0
+
+
+def _run_ha(cfg, requested: int | None, clock) -> int:
+    """One controller of an active/standby set; its pid file is named by its index (the
+    primary's is the usual one, so `muster status/down` find it as before)."""
+    from muster.common import pidfile
+    from muster.controller import leader
+    index = leader.my_index(cfg, requested)
+    name = pidfile.CONTROLLER if index == 0 else f"musterctld.{index}.pid"
+    pid_path = os.path.join(cfg.state_save_location, name)
+    try:
+        import uvloop  # optional
+        uvloop.install()
+    except ImportError:
+        pass
+    pidfile.write(pid_path)
+    try:
+        return leader.run(cfg, index, clock)
+    finally:
+        pidfile.remove(pid_path)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,9 @@ import signal
 import socket
 import struct
 import time
-from typing import Any, TypeGuard
+from typing import TypeGuard
+
+import msgspec
 
 from muster.common import auth
 from muster.common import clock as clocks
@@ -41,14 +43,15 @@ from muster.common.linkauth import HANDSHAKE_TIMEOUT
 from muster.common.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBudget, Link,
                                  LinkForged, cap_reads, frame, respond)
 from muster.common.wire import MAX_FRAME
-from muster.controller import api_ops, ops
-from muster.controller.scheduling import advance, apply_plan, build_snapshot, sched_config_of
+from muster.controller import api_ops, diag, idempotency, ops, reconfig
+from muster.controller.faults import crash_point
+from muster.controller.passes import PassRunner
 from muster.controller.state import ClusterState, identity, now
 from muster.controller.steps import node_alloc
-from muster.core import schedule
+from muster.core.snapshot import SchedConfig
 from muster.lifecycle import events, jobfsm
-from muster.lifecycle import job as lifecycle
 from muster.model.job import RUNNING, Job
+from muster.protocol import agentmsg
 
 log = logging.getLogger("musterctld")
 
@@ -64,28 +67,8 @@ LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, no
 BUSY = {"ok": False, "code": "busy", "error": "Controller busy, try again"}
 
 
-_CRASH: dict[str, Any] = {}
-
-
 def _is_id(v: object) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**32
-
-
-def crash_point(name: str) -> None:
-    """Fault injection for the crash-safety tests: with MUSTER_CRASH_AT=<name>:<n> in the
-    controller's environment, the n-th time execution reaches this point the process dies at
-    once (os._exit, as a SIGKILL would leave it). Costs one dict lookup otherwise."""
-    spec = _CRASH.get("spec")
-    if spec is None:
-        raw = os.environ.get("MUSTER_CRASH_AT", "")
-        point, _, n = raw.partition(":")
-        spec = _CRASH["spec"] = (point, int(n) if n.isdigit() else 1) if raw else ("", 0)
-    if spec[0] != name:
-        return
-    _CRASH[name] = _CRASH.get(name, 0) + 1
-    if _CRASH[name] >= spec[1]:
-        log.warning("MUSTER_CRASH_AT=%s reached: exiting now", name)
-        os._exit(137)
 
 
 class ClientConn:
@@ -132,7 +115,7 @@ class Controller:
         self.cfg = cfg
         self.state = ClusterState(cfg, store)
         self.state.ctl = self
-        self.sched_cfg = sched_config_of(self.state)
+        self.sched_cfg: SchedConfig  # set by reconfig.apply_settings, below
         from muster.controller.steps import StepManager
         from muster.controller.usage import UsageBook
         self.steps = StepManager(self)
@@ -141,22 +124,22 @@ class Controller:
         self.usage = UsageBook(self)  # usage accounting: live samples, final statistics
         from muster.controller.applier import Applier
         self.applier = Applier(self)  # lifecycle events → one commit → effects dispatched
+        self.passes = PassRunner(self)  # scheduling passes, their pure part off the loop
         self.agents: dict[str, AgentLink] = {}
         self.outbox: dict[str, list[dict]] = {}  # messages for agents that are away
         self.keys = auth.load_keys(cfg.key_path)  # the key, then muster.key.old (rotation)
         self.owner_uid = os.getuid()
-        self.operators = set(getattr(cfg, "operators", ()) or ())
-        # Slurm holds a requeued job ~121 s (BeginTime); Muster defaults to 2 s
-        # (SchedulerParameters=requeue_delay=N to change it)
-        # Slurm's SlurmdTimeout default (300 s) leaves a dead node's jobs hanging for minutes;
-        # Muster detects a dead node within ~12 s unless slurm.conf says otherwise (agents
-        # heartbeat four times per timeout)
-        self.slurmd_timeout = cfg.slurmd_timeout if "SlurmdTimeout" in (cfg.raw or {}) else 12
-        self.requeue_delay = int((getattr(cfg, "scheduler_parameters", None) or {}).get(
-            "requeue_delay", 2))
+        # derived from the configuration, at start and on every `scontrol reconfigure`, by
+        # the one function that builds them (muster.controller.reconfig.apply_settings)
+        self.operators: set[str]
+        self.slurmd_timeout: int
+        self.requeue_delay: int
+        self.retiring: set[str] = set()  # nodes gone from slurm.conf, removed once idle
+        reconfig.apply_settings(self, cfg)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
+        self.diag = diag.Diag(self)  # sdiag's statistics, setdebug/setdebugflags
         self._servers: list[asyncio.base_events.Server] = []
         self._conns = 0  # Unix connections of plain users
         self._user_conns: dict[int, int] = {}
@@ -190,6 +173,7 @@ class Controller:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, diag.on_sighup, self)  # reopen logs, reconfigure
         log.info("musterctld ready: %s, %s:%s", sock_path, host, self.cfg.slurmctld_port)
         tasks = [asyncio.create_task(self._scheduler_loop()),
                  asyncio.create_task(self._periodic())]
@@ -224,26 +208,16 @@ class Controller:
             self._wake.clear()
             t0 = time.perf_counter()
             try:
-                self.schedule_once()
+                await self.passes.run_async()  # the core in the scheduling thread
             except Exception:  # a bug here must not kill the controller
                 log.exception("scheduling pass failed")
             last = min(time.perf_counter() - t0, 0.5)
 
     def schedule_once(self) -> None:
-        t0 = time.perf_counter()
-        t = now()
-        advance(self.state, t)  # the clock's events (dependencies, reservations), committed
-        snap, shell_reasons = build_snapshot(self.state, t)  # a pure read
-        plan = schedule(snap, self.sched_cfg)
-        started = apply_plan(self.state, plan, t, shell_reasons)
-        self.preempt(getattr(plan, "preemptions", ()) or (), t)
-        if started:
-            crash_point("after_start_commit")  # starts committed, launches not yet sent
-        for job in started:
-            self.prologs.job_started(job)  # launch / wake srun, after the prologs
-        self.stats["cycles"] += 1
-        self.stats["starts"] += len(started)
-        self.stats["last_cycle_ms"] = (time.perf_counter() - t0) * 1000
+        """One whole pass on the loop (the in-process tests, ``--immediate``): snapshot, core,
+        then starts and reasons in one commit; the launches (after the prologs) leave after
+        it. The daemon's own passes run the core off the loop (muster.controller.passes)."""
+        self.passes.run_sync()
 
     def preempt(self, preemptions, t: int) -> None:
         """Plan.preemptions become ``Preempt`` events: REQUEUE puts the victim back in the
@@ -276,6 +250,7 @@ class Controller:
         t = now()
         self.state.purge_old(t)
         self.check_agents(t)
+        reconfig.retire_idle(self, t)  # nodes removed by reconfigure whose jobs have ended
         self.enforce_interactive_limits(t)
         self.steps.tick(t)  # --signal warnings and time limits for steps (steps.py)
         self.prologs.tick(t)  # overdue epilogs (prologs.py)
@@ -485,12 +460,16 @@ class Controller:
         Every request is counted and timed for /metrics (muster.controller.api_ops)."""
         t0 = time.perf_counter()
         reply = self._dispatch(msg, uid, gid, conn)
-        api_ops.observe_rpc(self, msg.get("op"), time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        op = msg.get("op")
+        api_ops.observe_rpc(self, op, dt)
+        self.diag.rpc(op, uid, dt, reply)  # sdiag: by type and by user
         return reply
 
     def _dispatch(self, msg: dict, uid: int, gid: int, conn=None):
         self.stats["rpcs"] += 1
         op = msg.get("op")
+        self.passes.note_request(op)  # a change of more than one job drops a plan in flight
         handler = ops.OPS.get(op) if isinstance(op, str) else None
         if handler is None:
             shown = op if isinstance(op, str) and len(op) <= 64 else type(op).__name__
@@ -500,7 +479,7 @@ class Controller:
             return self._dispatch_async(handler, op, msg, uid, gid)
         self.current_conn = conn
         try:
-            reply = handler(self, msg, uid, gid)
+            reply = idempotency.run(self, handler, msg, uid, gid)  # retries: first reply
         except MusterError as exc:
             out = exc.to_wire()
             detail = getattr(exc, "detail", None)
@@ -539,29 +518,43 @@ class Controller:
         except (TimeoutError, BadFrame, ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             log.warning("agent %r sent no registration: %s", name, exc or type(exc).__name__)
             return
-        if node is None or not isinstance(reg, dict) or reg.get("op") != "agent_register" \
-                or reg.get("node") != name:
+        try:
+            typed: agentmsg.AgentRegister | None = agentmsg.registration(reg)
+        except agentmsg.Malformed as exc:
+            log.warning("agent %r sent a malformed registration: %s", name, exc)
+            typed = None
+        if node is None or typed is None or typed.node != name:
             await self._refuse(link, "invalid_nodelist", f"unknown node {name!r}"[:200])
+            return
+        refusal = agentmsg.incompatible(typed.proto)  # rolling upgrades: one version apart
+        if refusal:
+            log.warning("refused agent %s: %s", name, refusal)
+            await self._refuse(link, "protocol_version", refusal)
             return
         assert isinstance(name, str)  # the node was found by it
         agent = AgentLink(self, name, link, key)
-        self.agent_attached(node, agent, reg)
+        self.agent_attached(node, agent, typed)
         try:
             while True:
                 msg = await link.recv()
                 if msg is None:
                     break
+                t0 = time.perf_counter()
                 self.on_agent_message(node, agent, msg)
+                self.diag.agent_message(name, claims["uid"], msg, time.perf_counter() - t0)
         except (BadFrame, ConnectionError, asyncio.IncompleteReadError) as exc:
             log.warning("agent %s link broken: %s", name, exc)
         finally:
             self.agent_detached(node, agent)
             link.close()
 
-    def agent_attached(self, node, agent, reg: dict) -> None:
+    def agent_attached(self, node, agent, reg: agentmsg.AgentRegister | dict) -> None:
         """``agent`` (anything with ``send(msg)`` and ``writer.close()``: an AgentLink, or the
         in-process tests' fake) is now ``node``'s link: it replaces an older one, gets the
-        registration reply, the jobs it must kill and what waited in the outbox."""
+        registration reply, the jobs it must kill and what waited in the outbox. ``reg``: the
+        typed registration, or its frame as decoded (converted here; the caller checked it)."""
+        if not isinstance(reg, agentmsg.AgentRegister):
+            reg = agentmsg.registration(reg)
         old = self.agents.get(node.name)
         if old is not None:
             old.writer.close()
@@ -592,40 +585,31 @@ class Controller:
             uid, gid = (job.uid, job.gid) if job is not None else (None, None)
         return auth.mint_job_cred(ckey, msg, node, uid, gid)
 
-    def register_agent(self, node, reg: dict) -> tuple[dict, list[int]]:
+    def register_agent(self, node, reg: agentmsg.AgentRegister) -> tuple[dict, list[int]]:
         """Reconcile a (re)registering node; the reply, and the jobs it runs that must die
         (sent as a ``kill_list``, with its job credential)."""
         t = now()
-        if node.down:
-            rts = self.cfg.return_to_service
-            if rts == 2 or (rts == 1 and node.down_auto):
-                node.down = False
-                node.down_auto = False
-                node.reason = node.reason_user = node.reason_time = None
-                self.state.store.put_node(node.name, node.admin_record())
-                self.state.event(None, "node_returned", "agent registered", node=node.name)
+        if node.down:  # the node machine decides whether it returns (ReturnToService)
+            self.applier.node(node, events.NodeRegistered(self.cfg.return_to_service), t)
         node.connected = True
         node.registered = True
         node.last_heartbeat = t
-        node.boot_time = reg.get("boot_time")
-        node.agent_start = reg.get("agent_start")
-        node.version = str(reg.get("version", ""))
-        node.arch = str(reg.get("arch", ""))
-        node.os = str(reg.get("os", ""))
-        running = set(reg.get("running") or [])
-        finished = reg.get("finished") or []
+        node.boot_time = reg.boot_time
+        node.agent_start = reg.agent_start
+        node.version, node.arch, node.os = reg.version, reg.arch, reg.os
+        running = set(reg.running)
         with self.state.store.transaction():
-            for res in finished:
+            for res in reg.finished:
                 self.job_ended(node.name, res)
             kill = []
-            for rep in reg.get("steps_finished") or []:
-                self.steps.node_report(node.name, rep)
+            for rep in reg.steps_finished:
+                self.steps.node_report(node.name, msgspec.to_builtins(rep))
             for jid in running:
                 job = self.state.jobs.get(jid)
                 if job is None or not (job.state == RUNNING or job.completing) or \
-                        node.name not in {a["node"] for a in job.alloc}:
+                        node.name not in {a.node for a in job.alloc}:
                     kill.append(jid)
-            known_steps = {tuple(k[:2]) for k in reg.get("steps_running") or []}
+            known_steps = {tuple(k[:2]) for k in reg.steps_running}
             for (jid, sid), step in list(self.steps.steps.items()):
                 if node.name in step.nodes and (jid, sid) not in known_steps \
                         and node.name not in step.reports and step.start_time < t - 5:
@@ -640,58 +624,55 @@ class Controller:
                     relaunch.append(job)
                 elif (job.state == RUNNING or job.completing) and job.launch_confirmed:
                     # the agent does not know a job it had confirmed: its processes are gone
-                    self.job_ended(node.name, {"job_id": job.job_id, "run": job.restarts,
-                                               "exit_code": 0, "signal": 9, "lost": True})
+                    self.job_ended(node.name, agentmsg.JobEnded(
+                        job_id=job.job_id, run=job.restarts, signal=9, lost=True))
             self.state.event(None, "node_registered", f"{len(running)} jobs running", node=node.name)
         for job in relaunch:
             self.outbox.setdefault(node.name, []).append(self.launch_message(job))
-        return {"op": "registered", "ok": True, "time": t,
+        return {"op": "registered", "ok": True, "time": t, "proto": agentmsg.PROTOCOL_VERSION,
                 "slurmd_timeout": self.slurmd_timeout}, kill
 
-    def on_agent_message(self, node, link: AgentLink, msg: dict) -> None:
-        op = msg.get("op")
+    def on_agent_message(self, node, link: AgentLink, msg: object) -> None:
+        """One frame of ``node``'s agent, decoded into its typed message (protocol.agentmsg)
+        first: one that does not fit (unknown op, missing field, wrong type) is logged and
+        dropped, never acted on. Any frame proves the agent alive. Subsystems that keep the
+        reports (steps, usage, prologs) get the validated message as plain data."""
         node.last_heartbeat = now()
-        if op == "heartbeat":
-            node.cpu_load = msg.get("load")
-            node.free_mem = msg.get("free_mem")
-        elif op == "job_started":
-            job = self._job_named(msg)
-            if job is not None and job.restarts == msg.get("run", 0) and not job.launch_confirmed:
+        try:
+            m = agentmsg.from_agent(msg)
+        except agentmsg.Malformed as exc:
+            op = msg.get("op") if isinstance(msg, dict) else None
+            shown = op if isinstance(op, str) and len(op) <= 64 else type(op).__name__
+            log.warning("agent %s sent a malformed %r message: %s", node.name, shown, exc)
+            return
+        if isinstance(m, agentmsg.Heartbeat):
+            node.cpu_load, node.free_mem = m.load, m.free_mem
+        elif isinstance(m, agentmsg.JobStarted):
+            job = self.state.jobs.get(m.job_id)
+            if job is not None and job.restarts == m.run and not job.launch_confirmed:
                 job.launch_confirmed = True
                 self.state.save(job)
-        elif op == "job_ended":
-            self.job_ended(node.name, msg)
-            link.send({"op": "ack", "job_id": msg.get("job_id"), "run": msg.get("run", 0)})
-        elif op == "health":
-            self.on_health(node, msg)
-        elif op == "step_ended":
-            self.steps.node_report(node.name, msg)
-            link.send({"op": "ack_step", "job_id": msg.get("job_id"),
-                       "step_id": msg.get("step_id"), "run": msg.get("run", 0)})
-        elif op == "step_usage":
-            self.usage.sample(node.name, msg)
-        elif op in ("prolog_done", "epilog_done"):
-            self.prologs.on_report(node, link, msg)
-        else:
-            log.warning("agent %s sent unknown op %r", node.name, op)
+        elif isinstance(m, agentmsg.JobEnded):
+            self.job_ended(node.name, m)
+            link.send({"op": "ack", "job_id": m.job_id, "run": m.run})
+        elif isinstance(m, agentmsg.Health):
+            self.on_health(node, m)
+        elif isinstance(m, agentmsg.StepEnded):
+            self.steps.node_report(node.name, msgspec.to_builtins(m))
+            link.send({"op": "ack_step", "job_id": m.job_id, "step_id": m.step_id, "run": m.run})
+        elif isinstance(m, agentmsg.StepUsage):
+            self.usage.sample(node.name, msgspec.to_builtins(m))
+        else:  # PrologDone, EpilogDone
+            self.prologs.on_report(node, link, msgspec.to_builtins(m))
 
-    def on_health(self, node, msg: dict) -> None:
+    def on_health(self, node, msg: agentmsg.Health) -> None:
         """HealthCheckProgram (or GPU health) on the node failed: drain it with the message;
         a later passing check undoes a drain that the health check itself set."""
-        ok = bool(msg.get("ok"))
-        text = str(msg.get("message") or "health check failed")[:200]
-        if not ok and not node.drain:
-            node.drain, node.reason, node.reason_user, node.reason_time = True, text, "health", now()
-        elif ok and node.drain and node.reason_user == "health":
-            node.drain = False
-            node.reason = node.reason_user = node.reason_time = None
-        else:
-            return
-        with self.state.store.transaction():
-            self.state.store.put_node(node.name, node.admin_record())
-            self.state.event(None, "node_health", text if not ok else "health check passed",
-                             node=node.name)
-        self.request_schedule()
+        text = (msg.message or "health check failed")[:200]
+        if not msg.ok and not node.drain:
+            self.applier.node(node, events.NodeDrain(text, "health"), now())
+        elif msg.ok and node.drain and node.reason_user == "health" and not node.down:
+            self.applier.node(node, events.NodeResume(), now())  # undo its own drain only
 
     def enforce_interactive_limits(self, t: int) -> None:
         """Batch jobs are timed by their supervisors; allocations without a batch script
@@ -777,34 +758,24 @@ class Controller:
         jid = msg.get("job_id")
         return self.state.jobs.get(jid) if isinstance(jid, int) else None
 
-    def job_ended(self, node_name: str, res: dict) -> None:
-        """The agent's end report: validated here, decided by the job machine (``Ended``),
-        committed and acted on by the applier."""
+    def job_ended(self, node_name: str, res: agentmsg.JobEnded) -> None:
+        """The agent's end report (typed, so its fields are trusted to be of their types):
+        matched to the job here, decided by the job machine (``Ended``), committed and acted
+        on by the applier."""
         crash_point("before_end_commit")  # the agent reported an end; nothing committed yet
-        job = self._job_named(res)
-        if job is None or job.batch_host != node_name or job.restarts != res.get("run", 0):
+        job = self.state.jobs.get(res.job_id)
+        if job is None or job.batch_host != node_name or job.restarts != res.run:
             return  # unknown, or a report of an older run we already closed
         if job.batch and not (job.state == RUNNING or job.completing):
             return  # duplicate report
         steps_running = any(s.job_id == job.job_id for s in self.steps.steps.values())
         event = events.Ended(
-            node=node_name, exit_code=int(res.get("exit_code") or 0),
-            signal=int(res.get("signal") or 0), timed_out=bool(res.get("timed_out")),
-            end_time=res.get("end_time"), launch_failed=bool(res.get("launch_failed")),
-            oom=bool(res.get("oom_kills")), lost=bool(res.get("lost")),
-            launch_error=res.get("launch_error"), usage=res.get("usage"),
+            node=node_name, exit_code=res.exit_code, signal=res.signal, timed_out=res.timed_out,
+            end_time=res.end_time, launch_failed=res.launch_failed, oom=bool(res.oom_kills),
+            lost=res.lost, launch_error=res.launch_error, usage=res.usage,
             steps_running=steps_running)
         try:
             self.applier.job(job, event, now())
         except jobfsm.Refused:
             pass  # an allocation's end report before it is being torn down
-
-    def kill_running(self, job, *, final_state: str, by_uid: int | None, why: str) -> None:
-        """Terminate a running job: state decided now, resources held until confirmed."""
-        lifecycle.begin_kill(job, final_state=final_state, by_uid=by_uid, now=now())
-        self.state.mark_completing(job)
-        self.state.save(job)
-        for node in dict.fromkeys([job.batch_host] + [a["node"] for a in job.alloc]):
-            self.send_to_node(node, {"op": "terminate", "job_id": job.job_id,
-                                     "run": job.restarts, "why": why})
 

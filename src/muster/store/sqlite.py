@@ -28,19 +28,19 @@ Schema (numbered migrations in ``MIGRATIONS``):
   step_usage(job_id, step_id, max_rss, total_cpu_ms, record)  final usage statistics of a
                                        step (muster.controller.usage); a table of its own so
                                        that databases from before it stay readable unchanged
+  requests(uid, rid, time, reply)      first reply to each changing request, by the client's
+                                       request id, kept an hour (a retry gets it again)
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import sqlite3
 import time
 
-import msgspec
-
-_enc = msgspec.json.Encoder()
-_dec = msgspec.json.Decoder()
+from muster.store.base import TABLES, SqlStore, StoreInUse, quoted, too_new
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -81,12 +81,23 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE step_usage(job_id INTEGER NOT NULL, step_id TEXT NOT NULL,
                             max_rss INTEGER NOT NULL, total_cpu_ms INTEGER NOT NULL,
                             record BLOB NOT NULL, PRIMARY KEY(job_id, step_id));
+    """,    # 5: replies to changing requests by request id (muster.controller.idempotency)
+    """
+    CREATE TABLE requests(uid INTEGER NOT NULL, rid TEXT NOT NULL, time INTEGER NOT NULL,
+                          reply BLOB NOT NULL, PRIMARY KEY(uid, rid));
+    CREATE INDEX requests_time ON requests(time);
     """,
 )
 
 
-class SqliteStore:
-    def __init__(self, path: str):
+class SqliteStore(SqlStore):
+    """The embedded backend (``muster up``'s default): one file, WAL mode."""
+
+    def __init__(self, path: str, migrate: bool = True, claim: str | None = None,
+                 shared: bool = False):
+        """``migrate=False`` (``muster backup``): open an existing store as it is, only
+        checking that its schema is not newer than this build knows. ``claim``: become the
+        store's one writer (``claim()``) before anything is read or migrated."""
         self.path = path
         new = path != ":memory:" and not os.path.exists(path)  # ":memory:": the simulator
         self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -96,22 +107,65 @@ class SqliteStore:
         self._db.execute("PRAGMA synchronous=" + os.environ.get("MUSTER_SYNC", "NORMAL"))
         self._db.execute("PRAGMA foreign_keys=OFF")
         self._depth = 0
+        self._lock_fd: int | None = None
         self.on_commit = None  # callback(seconds) for the commit-latency metric
-        self._migrate()
+        if claim:
+            self.claim(claim, shared)
+        self.schema_version = self._version()
+        if self.schema_version > len(MIGRATIONS):
+            self.close()
+            raise too_new(path, self.schema_version, len(MIGRATIONS))
+        if migrate:
+            self._migrate()
+
+    def describe(self) -> str:
+        return f"SQLite {self.path}"
 
     # ---- schema ------------------------------------------------------------------------
-    def _migrate(self) -> None:
+    def _version(self) -> int:
         cur = self._db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name='meta'")
-        version = 0
-        if cur.fetchone():
-            row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-            version = int(row[0]) if row else 0
-        for i, sql in enumerate(MIGRATIONS[version:], start=version + 1):
+        if not cur.fetchone():
+            return 0
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        return int(row[0]) if row else 0
+
+    def _migrate(self, upto: int | None = None) -> None:
+        version = self._version()
+        for i, sql in enumerate(MIGRATIONS[version:upto], start=version + 1):
             with self.transaction():
                 for stmt in filter(None, (s.strip() for s in sql.split(";"))):
                     self._db.execute(stmt)
                 self._db.execute("INSERT OR REPLACE INTO meta VALUES('schema', ?)", (str(i),))
+        self.schema_version = self._version()
+
+    def _drop_all(self) -> None:
+        for table in TABLES:
+            self._db.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def _insert_many(self, table: str, cols: tuple[str, ...], rows: list[tuple]) -> None:
+        self._db.executemany(
+            f"INSERT OR REPLACE INTO {table}({', '.join(map(quoted, cols))}) "
+            f"VALUES({','.join('?' * len(cols))})", rows)
+
+    # ---- exclusive use -----------------------------------------------------------------
+    def claim(self, who: str, shared: bool = False) -> None:
+        """An advisory lock on ``<db>.lock`` (in the private StateSaveLocation), held until
+        the process ends: two controllers on one file would each believe its own memory."""
+        if self.path == ":memory:" or self._lock_fd is not None:
+            return
+        fd = os.open(self.path + ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o600)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StoreInUse(f"the state store {self.path} is in use by another process "
+                             f"(a running musterctld or muster restore)", "invalid_request") from None
+        if not shared:  # (the controllers of an active/standby pair share the claim)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()} {who}\n".encode())
+        self._lock_fd = fd
 
     # ---- transactions ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -129,210 +183,49 @@ class SqliteStore:
             raise
         self._depth -= 1
         if self._depth == 0:
+            if self.fence is not None:  # muster.store.lease: still the leader's epoch?
+                try:
+                    self.fence(self)
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
             t0 = time.perf_counter()
             self._db.execute("COMMIT")
             if self.on_commit is not None:
                 self.on_commit(time.perf_counter() - t0)
 
-    def _write(self, sql: str, args: tuple) -> None:
+    @contextlib.contextmanager
+    def snapshot(self):
+        """A read transaction: in WAL mode it sees one committed state however the controller
+        writes meanwhile (the consistent online backup)."""
+        self._db.execute("BEGIN DEFERRED")
+        try:
+            yield self
+        finally:
+            self._db.execute("ROLLBACK")
+
+    def _rows(self, sql: str, args: tuple | list = ()) -> list[tuple]:
+        return self._db.execute(sql, args).fetchall()
+
+    def _one(self, sql: str, args: tuple | list = ()) -> tuple | None:
+        return self._db.execute(sql, args).fetchone()
+
+    def _write(self, sql: str, args: tuple | list) -> None:
         if self._depth:
             self._db.execute(sql, args)
         else:
             with self.transaction():
                 self._db.execute(sql, args)
 
-    # ---- meta --------------------------------------------------------------------------
-    def get_meta(self, key: str, default: str | None = None) -> str | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return row[0] if row else default
-
-    def set_meta(self, key: str, value: str) -> None:
-        self._write("INSERT OR REPLACE INTO meta VALUES(?, ?)", (key, value))
-
-    # ---- jobs --------------------------------------------------------------------------
-    def put_job(self, rec: dict) -> None:
-        self._write(
-            "INSERT OR REPLACE INTO jobs(job_id, state, uid, end_time, array_job_id, record) "
-            "VALUES(?,?,?,?,?,?)",
-            (rec["job_id"], rec["state"], rec["uid"], rec.get("end_time"), rec.get("array_job_id"),
-             _enc.encode(rec)),
-        )
-
-    def delete_job(self, job_id: int) -> None:
-        self._write("DELETE FROM jobs WHERE job_id=?", (job_id,))
-
-    def load_jobs(self, active_since: int | None = None) -> list[dict]:
-        """Jobs the controller keeps in memory: unfinished ones, and finished ones that ended
-        at or after ``active_since`` (MinJobAge)."""
-        rows = self._db.execute(
-            "SELECT record FROM jobs WHERE state IN ('PENDING','RUNNING') "
-            "OR end_time IS NULL OR end_time >= ?", (active_since or 0,))
-        return [_dec.decode(r[0]) for r in rows]
-
-    def get_job(self, job_id: int) -> dict | None:
-        row = self._db.execute("SELECT record FROM jobs WHERE job_id=?", (job_id,)).fetchone()
-        return _dec.decode(row[0]) if row else None
-
-    def query_jobs(self, job_ids: list[int] | None = None, uid: int | None = None,
-                   end_after: int | None = None, start_before: int | None = None) -> list[dict]:
-        sql = "SELECT record FROM jobs"
-        where, args = [], []
-        if job_ids:
-            marks = ",".join("?" * len(job_ids))
-            where.append(f"(job_id IN ({marks}) OR array_job_id IN ({marks}))")
-            args += job_ids + job_ids
-        if uid is not None:
-            where.append("uid=?")
-            args.append(uid)
-        if end_after is not None:
-            where.append("(end_time IS NULL OR end_time >= ?)")
-            args.append(end_after)
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY job_id"
-        return [_dec.decode(r[0]) for r in self._db.execute(sql, args)]
-
-    def max_job_id(self) -> int:
-        row = self._db.execute("SELECT MAX(job_id) FROM jobs").fetchone()
-        return row[0] or 0
-
-    # ---- scripts -----------------------------------------------------------------------
-    def put_script(self, job_id: int, script: str, env: dict) -> None:
-        self._write("INSERT OR REPLACE INTO scripts VALUES(?,?,?)", (job_id, script, _enc.encode(env)))
-
-    def get_script(self, job_id: int) -> tuple[str, dict] | None:
-        row = self._db.execute("SELECT script, env FROM scripts WHERE job_id=?", (job_id,)).fetchone()
-        return (row[0], _dec.decode(row[1])) if row else None
-
-    # ---- steps & runs ------------------------------------------------------------------
-    def put_step(self, job_id: int, step_id: str, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO steps VALUES(?,?,?)", (job_id, str(step_id), _enc.encode(rec)))
-
-    def steps_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
-        out: dict[int, list[dict]] = {}
-        for i in range(0, len(job_ids), 500):
-            chunk = job_ids[i:i + 500]
-            rows = self._db.execute(
-                f"SELECT job_id, record FROM steps WHERE job_id IN ({','.join('?' * len(chunk))})",
-                chunk)
-            for jid, rec in rows:
-                out.setdefault(jid, []).append(_dec.decode(rec))
-        return out
-
-    def put_step_usage(self, job_id: int, step_id: str, stats: dict) -> None:
-        """A step's final usage statistics (muster.controller.usage.aggregate)."""
-        self._write("INSERT OR REPLACE INTO step_usage VALUES(?,?,?,?,?)",
-                    (job_id, str(step_id), int(stats["in"]["max"].get("mem", 0)),
-                     int(stats["user_ms"] + stats["sys_ms"]), _enc.encode(stats)))
-
-    def usage_of(self, job_ids: list[int]) -> dict[int, dict[str, dict]]:
-        """job id -> step id -> final usage statistics."""
-        out: dict[int, dict[str, dict]] = {}
-        for i in range(0, len(job_ids), 500):
-            chunk = job_ids[i:i + 500]
-            rows = self._db.execute(
-                f"SELECT job_id, step_id, record FROM step_usage WHERE job_id IN "
-                f"({','.join('?' * len(chunk))})", chunk)
-            for jid, sid, rec in rows:
-                out.setdefault(jid, {})[sid] = _dec.decode(rec)
-        return out
-
-    def put_run(self, job_id: int, run: int, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO runs VALUES(?,?,?)", (job_id, run, _enc.encode(rec)))
-
-    def runs_of(self, job_ids: list[int]) -> dict[int, list[dict]]:
-        out: dict[int, list[dict]] = {}
-        for i in range(0, len(job_ids), 500):
-            chunk = job_ids[i:i + 500]
-            rows = self._db.execute(
-                f"SELECT job_id, record FROM runs WHERE job_id IN ({','.join('?' * len(chunk))}) "
-                "ORDER BY job_id, run", chunk)
-            for jid, rec in rows:
-                out.setdefault(jid, []).append(_dec.decode(rec))
-        return out
-
-    # ---- nodes & events ----------------------------------------------------------------
-    def put_node(self, name: str, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO nodes VALUES(?,?)", (name, _enc.encode(rec)))
-
-    def load_nodes(self) -> dict[str, dict]:
-        return {n: _dec.decode(r) for n, r in self._db.execute("SELECT name, record FROM nodes")}
-
-    def add_event(self, time: int, event: str, detail: str = "", job_id: int | None = None,
-                  node: str | None = None) -> None:
-        self._write("INSERT INTO events(time, job_id, node, event, detail) VALUES(?,?,?,?,?)",
-                    (time, job_id, node, event, detail))
-
-    def events_of(self, job_id: int, limit: int = 200) -> list[dict]:
-        rows = self._db.execute(
-            "SELECT time, event, detail FROM events WHERE job_id=? ORDER BY id DESC LIMIT ?",
-            (job_id, limit))
-        return [{"time": t, "event": e, "detail": d} for t, e, d in reversed(rows.fetchall())]
-
-    # ---- accounting (sacctmgr) ---------------------------------------------------------
-    def put_account(self, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO acct_accounts VALUES(?,?,?,?,?)",
-                    (rec["name"], rec.get("parent"), int(rec.get("shares", 1)),
-                     rec.get("description") or "", _enc.encode(rec)))
-
-    def delete_account(self, name: str) -> None:
-        self._write("DELETE FROM acct_accounts WHERE name=?", (name,))
-
-    def load_accounts(self) -> list[dict]:
-        return [_dec.decode(r[0]) for r in self._db.execute(
-            "SELECT record FROM acct_accounts ORDER BY name")]
-
-    def put_assoc(self, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO acct_assocs VALUES(?,?,?,?,?,?)",
-                    (rec["user"], rec["account"], rec.get("partition") or "",
-                     int(rec.get("shares", 1)), 1 if rec.get("is_default") else 0,
-                     _enc.encode(rec)))
-
-    def delete_assoc(self, user: str, account: str, partition: str = "") -> None:
-        self._write("DELETE FROM acct_assocs WHERE user=? AND account=? AND partition=?",
-                    (user, account, partition or ""))
-
-    def load_assocs(self) -> list[dict]:
-        return [_dec.decode(r[0]) for r in self._db.execute(
-            "SELECT record FROM acct_assocs ORDER BY account, user, partition")]
-
-    def put_qos(self, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO acct_qos VALUES(?,?,?)",
-                    (rec["name"], int(rec.get("priority", 0)), _enc.encode(rec)))
-
-    def delete_qos(self, name: str) -> None:
-        self._write("DELETE FROM acct_qos WHERE name=?", (name,))
-
-    def load_qos(self) -> list[dict]:
-        return [_dec.decode(r[0]) for r in self._db.execute(
-            "SELECT record FROM acct_qos ORDER BY name")]
-
-    def put_usage(self, account: str, user: str, usage: float, last_decay: int) -> None:
-        self._write("INSERT OR REPLACE INTO acct_usage VALUES(?,?,?,?)",
-                    (account, user, float(usage), int(last_decay)))
-
-    def load_usage(self) -> dict[tuple[str, str], tuple[float, int]]:
-        return {(a, u): (x, t) for a, u, x, t in self._db.execute(
-            "SELECT account, user, usage, last_decay FROM acct_usage")}
-
-    # ---- reservations and per-job extras -------------------------------------------------
-    def put_reservation(self, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO reservations VALUES(?,?)",
-                    (rec["name"], _enc.encode(rec)))
-
-    def delete_reservation(self, name: str) -> None:
-        self._write("DELETE FROM reservations WHERE name=?", (name,))
-
-    def load_reservations(self) -> list[dict]:
-        return [_dec.decode(r[0]) for r in self._db.execute(
-            "SELECT record FROM reservations ORDER BY name")]
-
-    def put_job_extra(self, job_id: int, rec: dict) -> None:
-        self._write("INSERT OR REPLACE INTO job_extra VALUES(?,?)", (job_id, _enc.encode(rec)))
-
-    def load_job_extra(self) -> dict[int, dict]:
-        return {j: _dec.decode(r) for j, r in self._db.execute(
-            "SELECT job_id, record FROM job_extra")}
+    def _upsert(self, table: str, values: tuple) -> None:
+        self._write(_UPSERT[table], values)
 
     def close(self) -> None:
         self._db.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+_UPSERT = {t: f"INSERT OR REPLACE INTO {t}({', '.join(map(quoted, cols))}) "
+              f"VALUES({','.join('?' * len(cols))})" for t, (cols, _, _) in TABLES.items()}
