@@ -129,6 +129,24 @@ def time_call(argv: list[str], env: dict) -> float:
     return dt
 
 
+def measured_call(argv: list[str], env: dict) -> tuple[float, int, int]:
+    """(wall seconds, bytes written to stdout, peak RSS in KiB) of one call: the child's own
+    rusage (os.wait4), not the sum over every child this process ever had."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    size = 0
+    while chunk := proc.stdout.read(1 << 16):
+        size += len(chunk)
+    _, status, usage = os.wait4(proc.pid, 0)
+    dt = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    proc.stdout.close()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} -> rc {proc.returncode}")
+    return dt, size, usage.ru_maxrss
+
+
 def rss_kib(pid: int) -> dict:
     out = {}
     with open(f"/proc/{pid}/status") as fh:

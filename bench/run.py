@@ -4,7 +4,8 @@
 
 Benchmarks: cli_latency, submit_latency, throughput, array, squeue_pending, memory,
 srun_fanout, node_failure, confinement (a cluster each), sched_cycle (the pure core on a synthetic 4,096-node
-snapshot) and sim_speed (`muster sim` on the CTC trace).  Each cluster benchmark starts
+snapshot), sim_speed (`muster sim` on the CTC trace) and scale (a live 1,024-node emulated
+cluster with 10,000 pending jobs: bench/scale.py).  Each cluster benchmark starts
 its own 4-node cluster in a temporary state directory (`muster up`) and always stops it
 (`muster down`, then anything still mentioning that directory is killed).  Where a real Slurm
 is installed (/usr/bin/sbatch) and its slurmctld answers, the same measurement is run against it
@@ -32,7 +33,7 @@ sys.path.insert(0, _REPO)
 from bench import common  # noqa: E402
 
 ORDER = ["cli_latency", "submit_latency", "throughput", "array", "squeue_pending", "memory",
-         "srun_fanout", "node_failure", "confinement", "sched_cycle", "sim_speed"]
+         "srun_fanout", "node_failure", "confinement", "sched_cycle", "sim_speed", "scale"]
 
 
 class Ctx:

@@ -25,7 +25,7 @@ from dataclasses import replace
 
 from muster.core import JobView, NodeView, PartitionView, SchedConfig, Snapshot, schedule
 from muster.core.placement import NodeAlloc
-from muster.core.snapshot import AssocView, QosView, RunningView
+from muster.core.snapshot import AssocView, QosView, RunningView, SwitchView
 
 LIMITS = [30, 60, 120, 240, 480, 720, 1440]
 NOW = 1_000_000
@@ -102,6 +102,15 @@ CFG = SchedConfig(
 )
 
 
+def with_tree(snap: Snapshot, per_leaf: int) -> Snapshot:
+    """``snap`` with leaf switches of ``per_leaf`` consecutive nodes under one top switch."""
+    names = [n.name for n in snap.nodes]
+    leaves = tuple(SwitchView(f"leaf{i // per_leaf}", nodes=tuple(names[i:i + per_leaf]))
+                   for i in range(0, len(names), per_leaf))
+    return replace(snap, switches=leaves + (SwitchView("top", switches=tuple(
+        s.name for s in leaves)),))
+
+
 def cycle(snap: Snapshot, cfg: SchedConfig = CFG, repeat: int = 3) -> tuple[float, object]:
     best, plan = None, None
     for _ in range(repeat):
@@ -148,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--easy", action="store_true", help="bf_depth=1 instead of conservative")
+    ap.add_argument("--topology", type=int, metavar="N",
+                    help="a two-level switch tree, N nodes per leaf (issue 17's cycle cost)")
     a = ap.parse_args(argv)
     cfg = replace(CFG, bf_depth=1) if a.easy else CFG
     if a.table:
@@ -164,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {p:,} | " + " | ".join(row) + " |")
         return 0
     snap = build(a.nodes, a.pending, a.running)
+    if a.topology:
+        snap = with_tree(snap, a.topology)
     if a.profile:
         pr = cProfile.Profile()
         pr.enable()

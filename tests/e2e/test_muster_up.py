@@ -116,3 +116,34 @@ def test_bad_config_is_reported_with_line(base):
     assert r.returncode == 1
     assert f"{conf}:3" in r.stderr and "BogusKey" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_emulated_cluster_larger_than_the_handshake_cap_registers_and_schedules(base):
+    """`muster up --emulate`: one musterd serves every node. 300 nodes open their links in
+    turns (the agent's CONNECT_BURST), so none is evicted by the controller's cap on peers in
+    their handshake (MAX_HANDSHAKES, 256) and every node registers; a job then spans them all."""
+    env = _env(base)
+    state = os.path.join(base, "state")
+    r = run(["muster", "up", "--state-dir", state, "--emulate", "--nodes", "300",
+             "--gpus-per-node", "2", "--cpus-per-node", "2", "--mem-per-node", "1000"], env)
+    assert r.returncode == 0, r
+    try:
+        st = json.loads(run(["muster", "status", "--json", "--state-dir", state], env).stdout)
+        assert len({d["pid"] for d in st["daemons"] if d["name"].startswith("musterd")}) == 1
+        r = run(["sinfo", "-h", "-p", "gpu", "-o", "%D %t"], env)
+        assert r.stdout.split() == ["300", "idle"], r
+        with open(os.path.join(state, "log", "musterctld.log")) as fh:
+            log = fh.read()
+        assert "evicting" not in log and "refused TCP peer" not in log
+        work = os.path.join(base, "w")
+        os.makedirs(work)
+        r = run(["sbatch", "--parsable", "-N", "300", "-o", os.path.join(work, "o"),
+                 "--wrap", "echo $SLURM_JOB_NUM_NODES"], env)
+        assert r.returncode == 0, r
+        jid = r.stdout.strip()
+        wait_for(lambda: run(["sacct", "-X", "-n", "-P", "-j", jid, "-o", "State"],
+                             env).stdout.strip() == "COMPLETED", timeout=60, what="job completed")
+        with open(os.path.join(work, "o")) as fh:
+            assert fh.read().strip() == "300"
+    finally:
+        run(["muster", "down", "--state-dir", state], env)

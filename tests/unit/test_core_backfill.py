@@ -183,3 +183,22 @@ def test_a_rounded_reservation_never_overlaps_an_earlier_one():
     # job 3 fits n0 in [now+60, now+120) but not for the 300 s it would hold: after job 1
     assert plan.expected_start[3] == now + 420
     assert plan.sched_nodes == {1: "n0,n1", 3: "n0", 4: "n1"}
+
+
+def test_backfill_starts_pick_the_best_fit_node_as_the_main_scheduler_does():
+    """Found by the node-class property test: backfill's one-node search kept heap entries
+    whose best-fit tie-break (free CPUs) was computed before a node filled up, and such an
+    entry could lose to an up-to-date one with more free CPUs. Two 4-CPU nodes, n0 with 3
+    free: job 1 (1 CPU) takes n0 (3 < 4 free), job 2 (3 CPUs) takes n1 (n0 has 2 left),
+    job 3 (1 CPU) must take n1 (1 free) over n0 (2 free): placement's documented best fit,
+    which the main scheduler (placement on the free CPUs now) follows."""
+    ns = [node("n0", 0, cpus=4, mem=4000), node("n1", 1, cpus=4, mem=4000)]
+    r = running(100, [("n0", 1, 1000, ())], end=NOW + 3600)
+    jobs = [job(1, priority=9, ntasks=1, mem_per_cpu=1000, time_limit=60),
+            job(2, priority=8, ntasks=3, mem_per_cpu=1000, time_limit=60),
+            job(3, priority=7, ntasks=1, mem_per_cpu=1000, time_limit=60)]
+    snap = busy_snapshot(ns, [r], jobs, now=NOW)
+    want = [(1, ("n0",)), (2, ("n1",)), (3, ("n1",))]
+    for cfg in (SchedConfig(), SchedConfig(backfill=True, bf_depth=1)):
+        plan = schedule(snap, cfg)
+        assert [(s.job_id, s.allocation.node_names) for s in plan.starts] == want, cfg.backfill

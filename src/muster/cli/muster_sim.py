@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--cpus-per-node", type=int)
     m.add_argument("--gpus-per-node", type=int)
     m.add_argument("--gpu-type")
+    m.add_argument("--topology", metavar="SPEC",
+                   help="network topology: tree:N (leaf switches of N nodes), block:N, or a "
+                        "topology.conf file (default: the one next to --config, if its "
+                        "TopologyPlugin is topology/tree or topology/block)")
     ap.add_argument("--policy", choices=["fifo", "easy", "conservative", "config"],
                     help="fifo = main scheduler, no backfill; easy = backfill with one "
                          "reservation; conservative = a reservation for every job (no window, "
@@ -113,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         raise _fail("--policy config needs --config FILE")
     machine = rp.MachineSpec(config=args.config, partition=args.partition, nodes=args.nodes,
                              cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node,
-                             gpu_type=args.gpu_type)
+                             gpu_type=args.gpu_type, topology=args.topology)
     try:
         trace = sim.read_trace(args.trace, fmt=args.format, nodes_file=args.nodes_file)
     except (sim.TraceError, OSError) as e:

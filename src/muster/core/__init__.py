@@ -27,7 +27,9 @@ Modules: snapshot (input types), placement (one job on given nodes), schedule (t
 cycle), timeline, backfill, priority (multifactor), fairshare (Fair Tree / classic,
 sshare), limits (partition/QOS/association → reasons, submit check), preempt, topology,
 pooled (an incremental scheduler with ``schedule()``'s decisions for one pool of CPUs under
-FIFO/EASY: state kept across passes, told submissions and ends; the simulator's fast path).
+FIFO/EASY: state kept across passes, told submissions and ends; the simulator's fast path),
+nodeclass (the same decisions for many identical CPU nodes: free CPUs per node grouped into
+node classes, running jobs' ends; offered the queue each pass).
 
 Nothing here touches sockets, files, threads, subprocesses, the wall clock or global
 randomness; same input → identical Plan.

@@ -41,10 +41,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .limits import LimitChecker, job_tres
-from .placement import Allocation, NodeAlloc, Request, fixed_tpn, request_of
-from .snapshot import JobView, PartitionView, RunningView, SchedConfig, Snapshot
+from .placement import Allocation, NodeAlloc, Request, fixed_tpn, place_request, request_of
+from .snapshot import JobView, NodeView, PartitionView, RunningView, SchedConfig, Snapshot
 from .timeline import INF, Fitting, Shape, Timeline, gpu_mask, mask_gpus
-from .topology import Topology
+from .topology import Grouping, build, place_on
 
 __all__ = ["Result", "YEAR", "estimate", "node_tasks", "plan_shape", "run", "running_end"]
 
@@ -114,7 +114,7 @@ def plan_shape(rq: Request, max_node: tuple[int, int, int]) -> tuple[Shape, int]
 class _Planner:
     """Candidate sets and searches for one profile (the shared one or a reservation's)."""
 
-    def __init__(self, tl: Timeline, topo: Topology | None, now: int) -> None:
+    def __init__(self, tl: Timeline, topo: Grouping | None, now: int) -> None:
         self.tl, self.topo, self.now = tl, topo, now
         self.cands: dict[Hashable, list[int]] = {}
         self.maxn: dict[Hashable, tuple[int, int, int]] = {}
@@ -154,12 +154,17 @@ class _Planner:
         tl = self.tl
         complex_cons = job.constraint is not None and not job.constraint.simple
         shaped = None if job.req_nodes or complex_cons else plan_shape(rq, self.maxn[ck])
+        cap_until = self._switch_deadline(job, cfg)
         if shaped is None:
             if job.req_nodes:
                 pos = tl.pos
                 if not all(pos.get(nm) in set(cands) for nm in job.req_nodes):
                     return None
-            got = tl.earliest_general(job, rq, cands, d, horizon)
+            place = None
+            if self.topo is not None and (max(rq.lo, len(job.req_nodes)) > 1 or rq.tasks_mode
+                                          == "pack" or rq.gpu_mode == "total"):
+                place = self._placer(job, rq, cap_until)  # may span nodes: fewest leaves
+            got = tl.earliest_general(job, rq, cands, d, horizon, place=place)
             if got is None:
                 return None
             start, placed = got
@@ -168,9 +173,7 @@ class _Planner:
         select = retry = None
         if k > 1 and self.topo is not None:
             topo = self.topo
-            wait = job.switch_wait if job.switch_wait is not None else cfg.max_switch_wait
-            since = job.eligible_time if job.eligible_time is not None else job.submit_time
-            deadline = since + wait if job.switches else 0
+            deadline = cap_until
             retry = deadline if deadline > self.now else None
 
             def select(T: int, fitting: list[Fitting]) -> list[int] | None:
@@ -181,6 +184,28 @@ class _Planner:
             return None
         T, ps = found
         return T, lambda: _direct(job, rq, shape, tl, sorted(ps), T, d)
+
+
+    def _switch_deadline(self, job: JobView, cfg: SchedConfig) -> int:
+        """Until when ``--switches=N`` holds (0: no cap): eligible (else submit) time plus
+        its own wait, else ``max_switch_wait``."""
+        if not job.switches:
+            return 0
+        wait = job.switch_wait if job.switch_wait is not None else cfg.max_switch_wait
+        since = job.eligible_time if job.eligible_time is not None else job.submit_time
+        return since + wait
+
+    def _placer(self, job: JobView, rq: Request, deadline: int
+                ) -> Callable[[int, list[NodeView]], Allocation | None]:
+        """Placement of a general request shape at time ``T`` on the fewest leaves/blocks
+        (:func:`muster.core.topology.place_on`), capped by ``--switches`` before ``deadline``."""
+        topo, pos = self.topo, self.tl.pos
+        assert topo is not None
+
+        def place(T: int, views: list[NodeView]) -> Allocation | None:
+            cap = job.switches if job.switches and T < deadline else None
+            return place_on(topo, views, pos, lambda vs: place_request(job, rq, vs), cap)
+        return place
 
 
 def node_tasks(rq: Request) -> int:
@@ -269,7 +294,7 @@ class _Pass:
                 p = tl.pos.get(nm)
                 if p is not None:
                     tl.block(p, rv.start, rv.end)
-        self.topo = Topology(snap.switches, tl.pos) if snap.switches else None
+        self.topo = build(snap.switches, snap.blocks, snap.block_sizes, tl.pos)
         self.main = _Planner(tl, self.topo, now)
         self.backfill = cfg.backfill
         self.horizon = now + cfg.bf_window * 60 if cfg.backfill else now
@@ -300,7 +325,7 @@ class _Pass:
                 sub.block(p, now, rv.start)
                 sub.block(p, rv.end, INF)
             planner = self.member[rv.name] = _Planner(
-                sub, self.topo and Topology(snap.switches, sub.pos), now)
+                sub, build(snap.switches, snap.blocks, snap.block_sizes, sub.pos), now)
         d = max(1, min(d, rv.end - max(now, rv.start)))
         hz = max(self.horizon, min(rv.start, now + self.cfg.bf_window * 60)) \
             if self.backfill else now

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .snapshot import PartitionView, SchedConfig
+from .snapshot import PartitionView, SchedConfig, SwitchView
 
-__all__ = ["partition_views", "sched_config"]
+__all__ = ["partition_views", "sched_config", "topology_fields", "topology_views"]
 
 
 def sched_config(cfg: Any) -> SchedConfig:
@@ -63,7 +63,27 @@ def sched_config(cfg: Any) -> SchedConfig:
         bf_depth=int(depth) if depth and str(depth).isdigit() else None,
         bf_window=num("bf_window", 1440), bf_resolution=num("bf_resolution", 60),
         bf_max_job_test=num("bf_max_job_test", 500), kill_wait=cfg.kill_wait,
-        over_time_limit=cfg.over_time_limit or 0)
+        over_time_limit=cfg.over_time_limit or 0,
+        max_switch_wait=num("max_switch_wait", 300))
+
+
+def topology_fields(cfg: Any) -> dict[str, Any]:
+    """The Snapshot fields of topology.conf (``switches``, or ``blocks`` and
+    ``block_sizes``), empty without a topology plugin. Built once per config object by the
+    caller (the controller keeps it with its SchedConfig): the views are immutable."""
+    return topology_views(getattr(cfg, "topology", None))
+
+
+def topology_views(topo: Any) -> dict[str, Any]:
+    """:func:`topology_fields` of a parsed topology.conf (muster.config.topologyconf's
+    TopologyConf, or None)."""
+    if topo is None:
+        return {}
+    if topo.blocks:
+        return {"blocks": tuple(SwitchView(b.name, nodes=tuple(b.nodes)) for b in topo.blocks),
+                "block_sizes": tuple(topo.block_sizes)}
+    return {"switches": tuple(SwitchView(s.name, nodes=tuple(s.nodes),
+                                         switches=tuple(s.switches)) for s in topo.switches)}
 
 
 def _names(v: Any) -> frozenset[str] | None:

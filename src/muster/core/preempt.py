@@ -23,10 +23,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .placement import Allocation, Request, place_request
+from .placement import Allocation, Request
+from .placement import place_request as _place
 from .snapshot import (JobView, NodeView, PartitionView, QosView, RunningView, SchedConfig,
                        Snapshot)
 from .timeline import mask_gpus
+from .topology import Grouping, build, place_on
 
 __all__ = ["Preemption", "can_preempt", "choose_victims", "preemptor_flag"]
 
@@ -107,11 +109,22 @@ def choose_victims(
     nodes: Sequence[NodeView],
     free: dict[str, tuple[int, int, int]],
     candidates: Sequence[RunningView],
+    topo: Grouping | None = None,
 ) -> tuple[list[RunningView], Allocation] | None:
     """Fewest, youngest victims among ``candidates`` so ``job`` fits on ``nodes``.
 
-    ``free`` maps a node to (free CPUs, free memory, free GPU mask) now.
+    ``free`` maps a node to (free CPUs, free memory, free GPU mask) now. With a topology
+    (``topo``, over node positions = ``NodeView.index``) the job must fit on the fewest
+    leaves/blocks, as the scheduler would place it (``--switches`` is not relaxed here:
+    preempting for a spread placement would be wasted).
     """
+    pos = {n.name: n.index for n in nodes}
+
+    def place_request(job: JobView, rq: Request, views: list[NodeView]) -> Allocation | None:
+        if topo is None or max(rq.lo, len(job.req_nodes)) <= 1 and rq.tasks_mode != "pack":
+            return _place(job, rq, views)
+        return place_on(topo, views, pos, lambda vs: _place(job, rq, vs), job.switches)
+
     names = {n.name for n in nodes}
     cands = [r for r in candidates if any(a.node in names for a in r.nodes)]
     cands.sort(key=lambda r: (-r.start_time, r.priority, -r.job_id))
@@ -153,6 +166,8 @@ def plan(snap: Snapshot, cfg: SchedConfig, waiting: list[tuple[JobView, str]],
         return [], {}
     qos = snap.qos_map()
     by_name = {n.name: n for n in snap.nodes}
+    topo = build(snap.switches, snap.blocks, snap.block_sizes,
+                 {n.name: n.index for n in snap.nodes})
     used: set[int] = set()
     out: list[Preemption] = []
     expected: dict[int, int] = {}
@@ -165,7 +180,7 @@ def plan(snap: Snapshot, cfg: SchedConfig, waiting: list[tuple[JobView, str]],
         if not cands:
             continue
         nodes = [by_name[nm] for nm in part.node_names if nm in by_name and by_name[nm].usable]
-        got = choose_victims(job, requests[job.job_id], nodes, free, cands)
+        got = choose_victims(job, requests[job.job_id], nodes, free, cands, topo)
         if got is None:
             continue
         victims, alloc = got

@@ -354,7 +354,8 @@ def schedule(
     expected: dict[int, int] = {}
     sched_nodes: dict[int, str] = {}
     tl = None
-    if cfg.backfill or bool(snapshot.reservations) or bool(snapshot.switches):
+    if cfg.backfill or bool(snapshot.reservations) or bool(snapshot.switches) or bool(
+            snapshot.blocks):
         got = bfmod.run(snapshot, cfg, queue.entries, parts, limits, note, classify, requests)
         for job, pname, alloc, label, run_limit in got.starts:
             starts.append(Start(job_id=job.job_id, partition=pname, allocation=alloc,

@@ -12,14 +12,20 @@ Contract:
   reservations). Because the profile only shrinks during a cycle, an earlier answer
   to "earliest start from now" is a *lower bound* for every later one: the search
   caches per (candidate set, per-node shape, duration) a min-heap of per-node earliest
-  fits, refreshed lazily only for nodes whose version changed (:meth:`earliest`).
+  fits with their best-fit tie-break. A change to a node is logged; before a search the
+  heap applies the changes made since it was last searched: one that overlaps a node's
+  fitting window makes it a suspect at its start, recomputed before any exact entry of
+  that start is trusted (the tie-break can only shrink; :meth:`_sync`, :meth:`_settle`).
 * "Fits on node ``p`` for ``[t, t+d)``": free CPUs and memory are at least the need in
   every interval overlapping the window, and the *intersection* of the free GPU sets over
   those intervals has at least the needed number of GPUs (a job keeps its GPU indices).
 * :meth:`earliest` answers "the earliest ``T >= now`` (and ``<= horizon``) at which
   ``k`` candidate nodes each fit the shape for ``[T, T+d)``" exactly, together with the
-  best-fit choice of nodes at ``T``. Shapes that are not one per-node need (``-n``
-  spread over nodes, ``--gpus`` over several nodes, ``-w``) use
+  nodes: for ``k == 1``, or at ``T == now``, the best fit (the least free first); for
+  ``k > 1`` after now, the first ``k`` that fit at ``T`` in (earliest fit, best fit) order
+  (a node whose earliest fit is exactly ``T`` may fit better than one found earlier: taking
+  it would mean popping every node freed at ``T``). Shapes that are not one per-node need
+  (``-n`` spread over nodes, ``--gpus`` over several nodes, ``-w``) use
   :meth:`earliest_general`: the placement rules over window views at each breakpoint.
 
 Integers only; no clock, no randomness; same calls → same answers.
@@ -74,10 +80,33 @@ Encoding = tuple[int, int, int, int, list[int]]
 Fitting = tuple[int, int, int, int, int]
 
 
+class _Entries:
+    """One cached search heap of :meth:`Timeline.earliest` for a duration ``d``.
+
+    ``keys``: a min-heap of int keys (see "earliest start" in :class:`Timeline`) holding, per
+    node that may still fit, one *live* entry ``live[p]`` (-1: none, the node never fits
+    again), plus the *dead* entries in ``dead`` (replaced by a smaller key, dropped when they
+    reach the top; a key is never live again once dead: a node's key only grows in start,
+    and at an equal start only shrinks). ``hv[p]``: the node version ``live[p]`` is exact at,
+    or -1 when it is only a lower bound of the start. ``suspect``: start offset → nodes
+    whose entry has that start and a change inside its window since it was exact (its
+    tie-break may now be smaller). ``seen``: how much of the timeline's change log is
+    applied. Invariant after :meth:`Timeline._sync`: a live entry is exact, or its start is
+    a lower bound and, unless it is listed in ``suspect`` at its start, so is the whole key."""
+
+    __slots__ = ("keys", "hv", "live", "dead", "suspect", "seen", "d")
+
+    def __init__(self, keys: list[int], hv: list[int], live: list[int], seen: int,
+                 d: int) -> None:
+        self.keys, self.hv, self.live, self.seen, self.d = keys, hv, live, seen, d
+        self.dead: set[int] = set()
+        self.suspect: dict[int, list[int]] = {}
+
+
 class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
-    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap",
+    __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap", "_log",
                  "_heaps", "_dead", "_enc", "_base", "_mono", "_fits")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
@@ -102,8 +131,10 @@ class Timeline:
             self.cap.append((n.cpus, n.mem, n.gpus, n.weight))
         # per node, the number of changes (reserve, block) so far
         self.ver = [0] * len(self.nodes)
-        # (ck, shape, d) → (heap of int keys, per node the version its key was made at)
-        self._heaps: dict[tuple[Hashable, Shape, int], tuple[list[int], list[int]]] = {}
+        # every change: (node, t0, t1, the node's version after it), for the heaps' _sync
+        self._log: list[tuple[int, int, int, int]] = []
+        # (ck, shape, d) → its search heap
+        self._heaps: dict[tuple[Hashable, Shape, int], _Entries] = {}
         # (ck, shape, d, horizon) → smallest k found not to fit by horizon: the profile
         # only shrinks, so it never will in this cycle
         self._dead: dict[tuple[Hashable, Shape, int, int], int] = {}
@@ -174,7 +205,8 @@ class Timeline:
             cs[j] -= cpus
             ms[j] -= mem
             gs[j] &= keep
-        self.ver[p] += 1
+        v = self.ver[p] = self.ver[p] + 1
+        self._log.append((p, t0, t1, v))
 
     def block(self, p: int, t0: int, t1: int) -> None:
         """Make node ``p`` unavailable for ``[t0, t1)`` (advance reservation barrier)."""
@@ -188,7 +220,8 @@ class Timeline:
             cs[j] = 0
             ms[j] = 0
             gs[j] = 0
-        self.ver[p] += 1
+        v = self.ver[p] = self.ver[p] + 1
+        self._log.append((p, t0, t1, v))
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
         """(min free CPUs, min free memory, GPUs free throughout) on ``[t, t+d)``."""
@@ -274,9 +307,21 @@ class Timeline:
     # Heap entries are single ints packing ``(start - now, weight rank, free GPUs, free
     # CPUs, free memory, p)`` (most significant first; field widths from the profile's
     # largest values, which only shrink after): ordered as the tuple, i.e. by start, then
-    # best fit (least free first), then position. The version an entry of a shared heap
-    # was computed at is kept beside the heap, one per node (a node has at most one entry
-    # in a heap).
+    # best fit (least free first), then position. A shared heap (:class:`_Entries`) keeps
+    # beside it, per node, its live entry and the version that entry is exact at.
+    #
+    # Why stale entries need care: a change to a node can only delay its start (a lower
+    # bound stays one) but it may also *shrink its tie-break* (fewer free CPUs) at the same
+    # start, which makes its true key smaller than the cached one. Left as it was, such an
+    # entry can sit below an exact entry of the same start with more free resources, and
+    # best fit is lost (a 2-free node chosen over a 1-free one). So a change is logged, and
+    # before a heap is searched :meth:`_sync` applies the changes made since its last
+    # search: one outside a node's window ``[s, s+d)`` keeps its entry exact (earlier times
+    # only lost resources, the window is untouched); one inside makes the node a *suspect*
+    # at ``s``. Only when an exact entry of start ``s`` reaches the top are the suspects of
+    # ``s`` recomputed (:meth:`_settle`): one that still fits at ``s`` gets its smaller key
+    # pushed (the old entry is dead); one that does not is left as a lower bound (its start
+    # moved later, so its old key is below the true one). Most suspects never need it.
 
     def _encoding(self) -> Encoding:
         """(start shift, GPU shift, CPU shift, memory shift, per-node low bits)."""
@@ -353,15 +398,71 @@ class Timeline:
                 i = nxt
         return out
 
-    def _heap(self, ck: Hashable, cands: Sequence[int], shape: Shape, d: int
-              ) -> tuple[list[int], list[int]]:
+    def _heap(self, ck: Hashable, cands: Sequence[int], shape: Shape, d: int) -> _Entries:
+        """The search heap of (``ck``, shape, d), built on first use, changes applied."""
         key = (ck, shape, d)
         got = self._heaps.get(key)
         if got is None:
-            heap = self._build(cands, d, shape)
-            heapify(heap)
-            got = self._heaps[key] = (heap, list(self.ver))
+            keys = self._build(cands, d, shape)
+            live = [-1] * len(self.ts)
+            pm = (1 << self._encoding()[3]) - 1
+            for e in keys:
+                live[e & pm] = e
+            heapify(keys)
+            got = self._heaps[key] = _Entries(keys, list(self.ver), live, len(self._log), d)
+        elif got.seen != len(self._log):
+            self._sync(got)
         return got
+
+    def _sync(self, h: _Entries) -> None:
+        """Apply the changes logged since ``h`` was last searched: a node's exact entry of
+        start ``s`` stays exact if the change misses ``[s, s+d)``, else the node becomes a
+        suspect at ``s`` (see above)."""
+        log = self._log
+        n = len(log)
+        hv, live, suspect, d = h.hv, h.live, h.suspect, h.d
+        sh = self._encoding()[0]
+        now = self.now
+        for j in range(h.seen, n):
+            p, t0, t1, v = log[j]
+            if hv[p] != v - 1:
+                continue  # a lower bound already (or no entry: it never fits again)
+            e = live[p]
+            if e < 0:
+                continue
+            so = e >> sh
+            s = so + now
+            if t1 <= s or t0 >= s + d:
+                hv[p] = v
+                continue
+            hv[p] = -1
+            got = suspect.get(so)
+            if got is None:
+                suspect[so] = [p]
+            else:
+                got.append(p)
+        h.seen = n
+
+    def _settle(self, h: _Entries, so: int, shape: Shape) -> None:
+        """Recompute the suspects of start offset ``so`` (see above): one that still fits at
+        that start gets its exact, smaller key pushed and its old entry dies; one that does
+        not keeps its old entry as a lower bound."""
+        sh = self._encoding()[0]
+        hv, live, ver, keys, dead = h.hv, h.live, self.ver, h.keys, h.dead
+        t = so + self.now
+        for p in h.suspect.pop(so):
+            e = live[p]
+            if hv[p] != -1 or e < 0 or e >> sh != so:
+                continue  # recomputed since (it reached the top), or listed twice
+            got = self._keys((p,), t, h.d, shape)
+            if not got or got[0] >> sh != so:
+                continue  # its start moved later: the old key stays below the new one
+            hv[p] = ver[p]
+            key = got[0]
+            if key != e:
+                live[p] = key
+                dead.add(e)
+                heappush(keys, key)
 
     def _build(self, cands: Sequence[int], d: int, shape: Shape) -> list[int]:
         """:meth:`_keys` of ``cands`` from now, shared between durations where exact."""
@@ -415,7 +516,8 @@ class Timeline:
         retry_at: int | None = None,
     ) -> tuple[int, list[int]] | None:
         """Earliest ``T`` in ``[now, horizon]`` with ``k`` of ``cands`` fitting ``shape``
-        for ``[T, T+d)``, and the chosen node positions (best fit: least free first).
+        for ``[T, T+d)``, and the chosen node positions (best fit: least free first; for
+        ``k > 1`` after now, see the module doc).
 
         ``ck`` names the candidate set (cache key). ``select(T, fitting)`` may pick ``k``
         nodes from the fitting ones (sorted best fit first; entries
@@ -431,24 +533,23 @@ class Timeline:
         dkey = (ck, shape, d, horizon)
         if select is None and k >= self._dead.get(dkey, INF):
             return None
-        heap, hv = self._heap(ck, cands, shape, d)
+        h = self._heap(ck, cands, shape, d)
         if k == 1 and select is None:
             # the best entry, left in place (popping and pushing it back is the same)
             sh, _, _, pb, _ = self._encoding()
-            e = self._top(heap, hv, d, shape)
+            e = self._top(h, shape)
             if e is not None and (e >> sh) + self.now <= horizon:
                 return (e >> sh) + self.now, [e & ((1 << pb) - 1)]
             result = None
         else:
-            result = self._sweep(heap, hv, shape, d, k, horizon, select, retry_at)
+            result = self._sweep(h, shape, d, k, horizon, select, retry_at)
         if result is None and select is None:
             self._dead[dkey] = min(k, self._dead.get(dkey, INF))
         return result
 
     def _sweep(
         self,
-        heap: list[int],
-        hv: list[int],
+        h: _Entries,
         shape: Shape,
         d: int,
         k: int,
@@ -464,6 +565,7 @@ class Timeline:
         sh, _, _, pb, _ = self._encoding()
         pm = (1 << pb) - 1
         now = self.now
+        heap = h.keys
         taken: list[int] = []
         local: list[int] = []
         active: list[int] = []
@@ -472,7 +574,7 @@ class Timeline:
         jump = False
         while True:
             if not jump:
-                e = self._pop(heap, hv, local, taken, d, shape, horizon)
+                e = self._pop(h, local, taken, shape, horizon)
                 if e is None:
                     if retry_at is None or not active or retry_at <= T or retry_at > horizon:
                         break
@@ -486,7 +588,7 @@ class Timeline:
                         continue
                     if select is not None:  # topology wants every node that fits at T
                         while True:
-                            e = self._pop(heap, hv, local, taken, d, shape, T)
+                            e = self._pop(h, local, taken, shape, T)
                             if e is None:
                                 break
                             active.append(e & pm)
@@ -524,8 +626,9 @@ class Timeline:
                 redo.append(q)
         return fitting, redo
 
-    def _top(self, heap: list[int], hv: list[int], d: int, shape: Shape) -> int | None:
-        """Make the top of a shared heap exact (recompute stale ones); it, or None."""
+    def _top(self, h: _Entries, shape: Shape) -> int | None:
+        """Make the top of a shared heap exact (drop dead entries, recompute stale ones and
+        lower bounds); it, or None."""
         # hot loop: the costliest function of a backfill cycle (~25 % of its own time in
         # bench/sched_cycle.py --profile: 10,000 pending, ~150,000 stale tops refreshed per
         # cycle). The refresh is :meth:`next_fit` inlined, as in :meth:`_keys`, and the
@@ -534,8 +637,10 @@ class Timeline:
         ver = self.ver
         sh, s2, s3, pb, nb = self._encoding()
         pm = (1 << pb) - 1
+        heap, hv, live, dead, suspect, d = h.keys, h.hv, h.live, h.dead, h.suspect, h.d
         e = heap[0] if heap else None
-        if e is None or hv[e & pm] == ver[e & pm]:
+        if e is None or (hv[e & pm] == ver[e & pm] and e not in dead and
+                         (e >> sh) not in suspect):
             return e
         c, m, g, m_all, excl = shape
         per_node = excl or m_all
@@ -546,17 +651,27 @@ class Timeline:
             fits = self._fits[shape] = {}
         while heap:
             e = heap[0]
+            if e in dead:  # replaced by a smaller key (_settle)
+                dead.discard(e)
+                heappop(heap)
+                continue
             p = e & pm
             v = ver[p]
             old = hv[p]
             if old == v:
+                if (e >> sh) in suspect:  # exact, but a suspect of its start may beat it
+                    self._settle(h, e >> sh, shape)
+                    continue
                 return e
             got = fits.get(p)
             if got is not None and got[0] == v and got[1] <= d:
                 fit_key = got[2]
                 hv[p] = v
+                live[p] = fit_key
                 if fit_key == e:
-                    return e
+                    if (e >> sh) not in suspect:
+                        return e
+                    continue
                 heapreplace(heap, fit_key)
                 continue
             t = (e >> sh) + now
@@ -612,18 +727,23 @@ class Timeline:
                 i = nxt
             if key is None:
                 heappop(heap)
+                live[p] = -1
             else:
                 hv[p] = v
+                live[p] = key
                 if key == e:
-                    return e
+                    if (e >> sh) not in suspect:
+                        return e
+                    continue
                 heapreplace(heap, key)
         return None
 
-    def _pop(self, heap: list[int], hv: list[int], local: list[int], taken: list[int], d: int,
-             shape: Shape, upto: int) -> int | None:
+    def _pop(self, h: _Entries, local: list[int], taken: list[int], shape: Shape,
+             upto: int) -> int | None:
         """The next exact entry ``<= upto`` from the shared or the query-local heap, or None."""
         sh = self._encoding()[0]
-        e = self._top(heap, hv, d, shape)
+        heap = h.keys
+        e = self._top(h, shape)
         now = self.now
         st = INF if e is None else (e >> sh) + now
         lt = (local[0] >> sh) + now if local else INF
@@ -646,9 +766,11 @@ class Timeline:
         d: int,
         horizon: int,
         max_tests: int = 64,
+        place: Callable[[int, list[NodeView]], Allocation | None] | None = None,
     ) -> tuple[int, Allocation] | None:
         """Earliest start for any request shape: placement on window views at each
-        breakpoint in ``[now, horizon]`` (at most ``max_tests`` of them).
+        breakpoint in ``[now, horizon]`` (at most ``max_tests`` of them); ``place(T, views)``
+        replaces :func:`~muster.core.placement.place_request` (topology: the fewest leaves).
 
         A breakpoint is placed only when the candidates' window CPUs (and GPUs for GPU
         counts) add up to what the tasks need: a necessary condition, so the answer is the
@@ -671,7 +793,7 @@ class Timeline:
                         cpus_free=c, mem=n.mem, mem_free=max(0, m), gpus=n.gpus,
                         gpus_free=mask_gpus(g), gpu_type=n.gpu_type, usable=n.usable,
                         weight=n.weight, features=n.features))
-            got = place_request(job, rq, views)
+            got = place_request(job, rq, views) if place is None else place(T, views)
             if got is not None:
                 return T, got
         return None

@@ -12,13 +12,15 @@ Memory is simulated only when the trace records it (Alibaba). Otherwise every no
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 
 from muster.core import NodeView, PartitionView, SchedConfig
 
 from .traces import Trace, TraceJob
 
-__all__ = ["SimCluster", "from_config", "from_flags", "from_trace", "peak_gpu_demand"]
+__all__ = ["SimCluster", "from_config", "from_flags", "from_trace", "peak_gpu_demand",
+           "with_topology"]
 
 PARTITION = "sim"
 
@@ -31,6 +33,9 @@ class SimCluster:
     mem_simulated: bool
     source: str  # how it was sized, in words
     conf: object = None  # the loaded slurm.conf (from_config): accounting settings for fair-share
+    # Snapshot fields of a topology (muster.core.confview.topology_fields): topology.conf next
+    # to the slurm.conf, or ``muster sim --topology`` (:func:`with_topology`)
+    topology: dict = field(default_factory=dict)
 
     @property
     def partition(self) -> PartitionView:
@@ -129,9 +134,50 @@ def from_config(path: str, *, partition: str | None = None, trace_mem: bool = Fa
     views = partition_views(cfg)
     pviews = tuple(views[pc.name] for pc in chosen)
     names = ",".join(pc.name for pc in chosen)
+    from muster.core.confview import topology_fields
     return SimCluster(nodes=tuple(ns), partitions=pviews, sched=sched, mem_simulated=trace_mem,
                       source=f"{path}, partition{'s' if len(chosen) > 1 else ''} {names}",
-                      conf=cfg)
+                      conf=cfg, topology=topology_fields(cfg))
+
+
+def with_topology(cl: SimCluster, spec: str) -> SimCluster:
+    """``cl`` with a topology: ``tree:N`` (leaf switches of N consecutive nodes under one top
+    switch, as ``muster up --topology tree:N`` writes), ``block:N`` (base blocks of N nodes),
+    or a topology.conf FILE (``BlockName=`` lines make it topology/block, else tree), checked
+    against the cluster's node names as the controller checks it."""
+    from muster.config.topologyconf import (BlockConf, SwitchConf, TopologyConf,
+                                            parse_topology)
+    from muster.core.confview import topology_views
+    names = [n.name for n in sorted(cl.nodes, key=lambda n: n.index)]
+    kind, _, size = spec.partition(":")
+    if kind in ("tree", "block") and size.isdigit() and int(size) > 0:
+        k = int(size)
+        groups = [names[i:i + k] for i in range(0, len(names), k)]
+        if kind == "tree":
+            leaves = tuple(SwitchConf(f"s{i}", tuple(g)) for i, g in enumerate(groups))
+            top = (SwitchConf("top", switches=tuple(s.name for s in leaves), level=1),)
+            conf = TopologyConf("topology/tree", spec, switches=leaves + top)
+        else:
+            conf = TopologyConf("topology/block", spec,
+                                blocks=tuple(BlockConf(f"b{i}", tuple(g))
+                                             for i, g in enumerate(groups)), block_sizes=())
+            sizes = [k]
+            while sizes[-1] < k * len(groups):
+                sizes.append(sizes[-1] * 2)
+            conf = replace(conf, block_sizes=tuple(sizes))
+    elif os.path.isfile(spec):
+        from muster.common.errors import ConfigError
+        with open(spec, encoding="utf-8") as f:
+            text = f.read()
+        plugin = "topology/block" if "blockname" in text.lower() else "topology/tree"
+        try:
+            conf = parse_topology(text, spec, plugin, dict.fromkeys(names))
+        except ConfigError as e:
+            raise ValueError(str(e)) from None
+    else:
+        raise ValueError(f"--topology {spec}: expected tree:N, block:N or a topology.conf file")
+    return replace(cl, topology=topology_views(conf),
+                   source=f"{cl.source}, topology {spec}")
 
 
 def peak_gpu_demand(jobs: list[TraceJob]) -> int:

@@ -68,6 +68,7 @@ from muster.common import clock as clocks
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
 from muster.core import priority as prio
 from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
+from muster.core.nodeclass import NodeClassScheduler
 from muster.core.pooled import PooledScheduler
 from muster.core.snapshot import RunningView
 from muster.lifecycle import job as lifecycle
@@ -178,7 +179,7 @@ def _new_job(tj: TraceJob) -> Job:
     j.cancelled_by = None
     # read by fair-share accounting (muster.controller.accounts.Accounts.job_saved)
     j.restarts = 0
-    j.alloc = []
+    j.alloc = ()
     j.account = ACCOUNT
     j.qos = QOS
     return j
@@ -211,12 +212,13 @@ class Simulator:
             if cluster.conf is None:
                 raise ValueError("multifactor priority needs the cluster from a slurm.conf")
             from muster.controller.accounts import Accounts
-            from muster.store.sqlite import SqliteStore
-            self.accounts = Accounts(SqliteStore(":memory:"), cluster.conf)
+            from muster.store import open_store
+            self.accounts = Accounts(open_store(":memory:"), cluster.conf)
         self.record_series = record_series
         self.progress = progress
         self.core = core
         self.pooled: PooledScheduler | None = None
+        self.nodeclass: NodeClassScheduler | None = None
         why = "a custom core" if core is not schedule else self._pooled_scope()
         self.gpu = cluster.total_gpus > 0
         self.skipped: list[tuple[TraceJob, str]] = []
@@ -228,7 +230,8 @@ class Simulator:
         gc.disable()
         try:
             self._screen(jobs)
-            pooler = self.pooled  # set by _pooled_scope when it found no reason against it
+            # set by _pooled_scope when it found no reason against it
+            pooler = self.pooled or self.nodeclass
             if why is None and pooled is not False and pooler is not None:
                 why = next((w for v in self.views.values() if (w := pooler.admit(v))), None)
         finally:
@@ -237,7 +240,7 @@ class Simulator:
         if why is not None or pooled is False:
             if pooled:
                 raise ValueError(f"the pooled scheduler does not apply: {why}")
-            self.pooled = None
+            self.pooled = self.nodeclass = None
         self.setup_s = _time.perf_counter() - t0
 
     def _pooled_scope(self) -> str | None:
@@ -246,6 +249,13 @@ class Simulator:
         why = PooledScheduler.unsupported(cl.nodes, cl.partitions, self.cfg)
         if why is None:
             self.pooled = PooledScheduler(cl.nodes[0], cl.partitions[0], self.cfg)
+            return None
+        # many identical CPU nodes: the node-class scheduler (also incremental, also exact)
+        why = NodeClassScheduler.unsupported(cl.nodes, cl.partitions, self.cfg)
+        if why is None and cl.topology:
+            why = "a network topology"
+        if why is None:
+            self.nodeclass = NodeClassScheduler(cl.nodes, cl.partitions[0], self.cfg)
         return why
 
     # ---- set-up -----------------------------------------------------------------------
@@ -332,7 +342,8 @@ class Simulator:
         records: dict[int, Job] = {}
         cfg = self.cfg
         gpu = self.gpu
-        backend = _PooledBackend(self) if self.pooled else _CoreBackend(self)
+        backend = (_PooledBackend(self) if self.pooled else
+                   _NodeClassBackend(self) if self.nodeclass else _CoreBackend(self))
         pending = backend.pending
         total_g = self.cluster.total_gpus
         used_c = used_g = 0
@@ -340,6 +351,7 @@ class Simulator:
         accounts = self.accounts
         if accounts is not None:
             from muster.controller.scheduling import accounting_views
+        topo = self.cluster.topology  # the Snapshot's switches or blocks (the controller's)
         series: list | None = [] if self.record_series else None
         idle_waiting = free_partial = free_total = 0.0
         events = 0
@@ -390,6 +402,8 @@ class Simulator:
                     accounts.job_saved(records[tj.job_id], t)  # its user joins the tree
                 backend.arrive(tj)
             extra = accounting_views(accounts, t, cfg) if accounts is not None else {}
+            if topo:
+                extra = {**extra, **topo}
             for st in backend.decide(t, extra):
                 jid = st.job_id
                 got = pending.pop(jid, None)
@@ -400,10 +414,8 @@ class Simulator:
                     raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
                 rec = records[jid]
                 nodes = st.allocation.nodes
-                alloc = [{"node": na.node, "cpus": na.cpus, "mem": na.mem, "gpus": na.gpus,
-                          "tasks": na.tasks} for na in nodes]
-                begin(rec, partition=st.partition, alloc=alloc,
-                      node_list=",".join(a["node"] for a in alloc),
+                begin(rec, partition=st.partition, alloc=nodes,
+                      node_list=",".join(a.node for a in nodes),
                       tres_alloc=f"cpu={sum(na.cpus for na in nodes)},gres/gpu={tj.gpus}", now=t)
                 backend.started(st, tj, rec)
                 if accounts is not None:
@@ -412,7 +424,7 @@ class Simulator:
                 used_g += tj.gpus
                 i = pos[jid]
                 start[i] = t
-                ran_on[i] = tuple(a["node"] for a in alloc)
+                ran_on[i] = tuple(a.node for a in nodes)
                 stop = t + tj.run
                 if rec.end_time is not None and stop > rec.end_time:
                     stop = rec.end_time
@@ -552,7 +564,7 @@ class _CoreBackend:
     def ended(self, rec: Job, tj: TraceJob) -> None:
         index = self.index
         for a in rec.alloc:
-            self._node_change(index[a["node"]], a["cpus"], a["mem"], (), a["gpus"])
+            self._node_change(index[a.node], a.cpus, a.mem, (), a.gpus)
         self.free_c += rec.num_cpus
         self.free_g += tj.gpus
         self.running_views.pop(rec.job_id, None)
@@ -638,3 +650,42 @@ class _CoreBackend:
             return None
         out.extend(views[j] for j in later)
         return tuple(out)
+
+
+class _NodeClassBackend(_CoreBackend):
+    """:class:`~muster.core.nodeclass.NodeClassScheduler`, told each end and applying its own
+    starts, offered the same pruned queue as the snapshot core (module doc): its decisions on
+    a queue are ``schedule()``'s on a snapshot with that queue, so the replay is the same."""
+
+    name = "nodeclass"
+
+    def __init__(self, sim: Simulator) -> None:
+        super().__init__(sim)
+        assert sim.nodeclass is not None  # chosen only when the node-class scheduler applies
+        self.sched = sim.nodeclass
+
+    def ended(self, rec: Job, tj: TraceJob) -> None:
+        self.sched.ended(rec.job_id)
+        self.free_c += rec.num_cpus
+        self.free_g += tj.gpus
+        self.freed = self.retest = True
+
+    def started(self, st, tj: TraceJob, rec: Job) -> None:
+        if self.use_sizes:
+            del self.sizes[bisect_right(self.sizes, (self._size(tj), st.job_id)) - 1]
+        self.free_c -= rec.num_cpus
+
+    def decide(self, t: int, extra: dict) -> tuple:
+        if self.free_c != self.sched.total or self.free_c < 0:  # the last pass, applied
+            raise SimError(f"free CPUs {self.free_c} (engine) != {self.sched.total} (core)")
+        queue = self._queue()
+        self.freed = self.new_fit = False
+        self.fresh.clear()
+        if queue is None:
+            return ()
+        c0 = _time.perf_counter()
+        starts = tuple(self.sched.schedule(t, queue))
+        self.core_s += _time.perf_counter() - c0
+        self.calls += 1
+        self.retest = not self.exact_memo
+        return starts

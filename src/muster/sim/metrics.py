@@ -89,10 +89,70 @@ def compute(res) -> dict:
         out["gpu_idle_while_waiting"] = res.gpu_idle_waiting / (cl.total_gpus * span)
         out["gpu_free_on_partial_nodes"] = (res.gpu_free_partial / res.gpu_free_total
                                             if res.gpu_free_total else 0.0)
+    if cl.topology:
+        out.update(topology_metrics(res))
     out["sim"] = {"wall_s": res.wall_s, "jobs_per_s": n / res.wall_s if res.wall_s else None,
                   "core_calls": res.core_calls, "core_s": res.core_s, "events": res.events,
                   "core": res.core}
     return out
+
+
+def _groups(topology: dict, names: Sequence[str]) -> tuple[dict[str, str], dict[str, list[int]]]:
+    """(node → its leaf/block, fabric → its leaves' sizes) over the cluster's ``names``; a
+    node under no leaf is its own leaf and fabric; blocks form one fabric."""
+    leaf_of: dict[str, str] = {}
+    fabric_of: dict[str, str] = {}
+    if topology.get("blocks"):
+        for b in topology["blocks"]:
+            fabric_of[b.name] = ""
+            for nm in b.nodes:
+                leaf_of.setdefault(nm, b.name)
+    else:
+        sw = topology.get("switches", ())
+        parent = {c: s.name for s in sw for c in s.switches}
+        for s in sw:
+            root, seen = s.name, set()
+            while root in parent and root not in seen:
+                seen.add(root)
+                root = parent[root]
+            fabric_of[s.name] = root
+            for nm in s.nodes:
+                leaf_of.setdefault(nm, s.name)
+    sizes: dict[str, dict[str, int]] = {}
+    for nm in names:
+        leaf = leaf_of.setdefault(nm, "\0" + nm)
+        fab = fabric_of.get(leaf, leaf)
+        sizes.setdefault(fab, {})[leaf] = sizes.get(fab, {}).get(leaf, 0) + 1
+    return leaf_of, {f: sorted(v.values(), reverse=True) for f, v in sizes.items()}
+
+
+def min_leaves(k: int, fabrics: dict[str, list[int]]) -> int | None:
+    """The fewest leaves any ``k`` nodes of one fabric can lie under (largest leaves first),
+    None when no fabric has ``k`` nodes."""
+    best = None
+    for sizes in fabrics.values():
+        total = 0
+        for m, s in enumerate(sizes, 1):
+            total += s
+            if total >= k:
+                best = m if best is None else min(best, m)
+                break
+    return best
+
+
+def topology_metrics(res) -> dict:
+    """Placement quality under a topology, over the jobs that ran on more than one node:
+    ``topo_min_leaves_fraction`` = share placed on the fewest leaves (blocks) an empty
+    cluster allows for their node count, ``topo_leaves_mean`` = mean leaves per such job."""
+    names = [n.name for n in res.cluster.nodes]
+    leaf_of, fabrics = _groups(res.cluster.topology, names)
+    multi = [ns for ns in res.nodes if len(ns) > 1]
+    if not multi:
+        return {"topo_multinode_jobs": 0}
+    used = [len({leaf_of.get(nm, nm) for nm in ns}) for ns in multi]
+    best = sum(1 for ns, u in zip(multi, used) if u == min_leaves(len(ns), fabrics))
+    return {"topo_multinode_jobs": len(multi), "topo_min_leaves_fraction": best / len(multi),
+            "topo_leaves_mean": sum(used) / len(multi)}
 
 
 _ROWS = [
@@ -111,6 +171,9 @@ _ROWS = [
     ("fairness_jain", "fairness (Jain, per-user slowdown)", "{:.3f}"),
     ("gpu_idle_while_waiting", "GPUs idle while GPU jobs wait", "{:.3f}"),
     ("gpu_free_on_partial_nodes", "free GPUs on partly used nodes", "{:.3f}"),
+    ("topo_multinode_jobs", "multi-node jobs (topology)", "{:,}"),
+    ("topo_min_leaves_fraction", "  on the fewest leaves possible", "{:.3f}"),
+    ("topo_leaves_mean", "  leaves per multi-node job (mean)", "{:.2f}"),
 ]
 
 

@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .cluster import SimCluster, from_config, from_flags, from_trace
+from .cluster import SimCluster, from_config, from_flags, from_trace, with_topology
 from .engine import SimResult, Simulator
 from .metrics import compute
 from .traces import Trace, TraceJob, read_trace
@@ -29,6 +29,7 @@ class MachineSpec:
     cpus_per_node: int | None = None
     gpus_per_node: int | None = None
     gpu_type: str | None = None
+    topology: str | None = None  # --topology: tree:N, block:N or a topology.conf file
 
 
 def select_jobs(trace: Trace, *, start_job: int = 0, jobs: int | None = None,
@@ -57,6 +58,11 @@ def random_starts(n_jobs: int, size: int, count: int, seed: int) -> list[int]:
 
 
 def build_cluster(trace: Trace, jobs: list[TraceJob], m: MachineSpec) -> SimCluster:
+    cl = _machine(trace, jobs, m)
+    return with_topology(cl, m.topology) if m.topology else cl
+
+
+def _machine(trace: Trace, jobs: list[TraceJob], m: MachineSpec) -> SimCluster:
     if m.config:
         return from_config(m.config, partition=m.partition, trace_mem=trace.fmt == "openb")
     if m.nodes is not None:

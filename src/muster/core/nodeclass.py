@@ -1,0 +1,413 @@
+"""Incremental FIFO/EASY scheduler for many identical CPU nodes (node classes).
+
+:func:`muster.core.schedule.schedule` rebuilds a per-node timeline from the running jobs and
+searches it on every pass. For the commonest multi-node replay — an SWF workload on its real
+node shape (``--nodes N --cpus-per-node C``: identical CPU-only nodes, ``-n`` jobs of one-CPU
+tasks, memory in proportion) — :class:`NodeClassScheduler` makes **the same decisions** on
+the queue it is given, from state kept across passes: each node's free CPUs, the nodes
+grouped by that count (a *node class*: nodes with equal free CPUs are interchangeable until a
+start picks concrete ones, lowest index first) and the running jobs' estimated ends. It is
+told starts (its own) and ends; a pass costs the jobs it is offered plus, only when a job is
+tested behind a waiting one, one walk of the estimated ends up to the reservation.
+
+Scope (:meth:`NodeClassScheduler.unsupported`, :meth:`NodeClassScheduler.admit`): usable
+nodes with equal CPUs, equal weights, no GPUs and memory in proportion to CPUs, all in one
+UP partition; a priority of the job alone, no preemption, no start limit; the main scheduler,
+or backfill with one reservation (EASY) and no test budget; jobs on that partition with
+``-n`` one-CPU tasks (memory per CPU equal to the nodes' ratio), one job per array entry,
+without ``-N``/``-w``/``-x``/``--constraint``/``--time-min``/``--deadline``/GPUs/exclusive/
+reservation/switches, a limit of at least one minute.
+
+Why the shortcuts are exact (the rules of :mod:`muster.core.placement` and
+:mod:`muster.core.backfill` on such nodes):
+
+* A node's free CPUs over time, ``G_p(t)`` = free now + the CPUs of its running jobs whose
+  estimated end is ``<= t``, never decrease, and a start carves ``[now, now+d)``, which keeps
+  them non-decreasing. So before a reservation a job fits ``[T, T+d)`` iff it fits at ``T``.
+* Placement of ``-n N`` on nodes whose memory follows their CPUs: a node holds
+  ``free CPUs`` tasks, and its best-fit key is (free CPUs, index). The main scheduler takes
+  the single node with the fewest free CPUs >= N (lowest index), else spreads: nodes by most
+  free CPUs (lowest index first) until N are covered, the last one swapped for the best-fit
+  node covering the remainder, tasks filling the nodes in that order. Backfill plans a job
+  of at most one node's CPUs as a one-node shape (never spread) and a wider one with the
+  spreading rule on the window's free CPUs at each of the first 64 breakpoints.
+* The one reservation (EASY) holds ``r_p`` CPUs of its nodes on ``[T, T+d')``. A later job
+  with ``now + d <= T`` sees every node's free CPUs now; one running past ``T`` sees
+  ``min(free_p, G_p(T) - r_p)`` on a reserved node and its free CPUs on every other one
+  (``G_p(T) >= free_p``). A backfilled start lowers ``G_p(T)`` only if it runs past ``T``.
+
+Equality with ``schedule()`` (starts, their allocations and labels, the reservation's job,
+start and nodes) is a property test (tests/property/test_nodeclass_core.py); the simulator
+replays are compared job by job with the snapshot core (docs/simulation.md).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from functools import partial
+from heapq import merge
+from typing import Any
+
+from . import priority as prio
+from .backfill import YEAR, estimate
+from .limits import partition_reason
+from .placement import Allocation, NodeAlloc, request_of
+from .schedule import Start, _static_reason, order_key
+from .snapshot import JobView, NodeView, PartitionView, SchedConfig
+
+__all__ = ["NodeClassScheduler"]
+
+_MAX_TESTS = 64  # breakpoints earliest_general tries (backfill's wide-job search)
+
+# per admitted job: (queue key, tasks = CPUs, planning duration d, end offset of its limit)
+Info = tuple[tuple[Any, ...], int, int, int]
+Pick = list[tuple[int, int]]  # (node position, CPUs) in the order placement chose them
+
+
+class _Resv:
+    """The pass's reservation: its start ``T`` and, per reserved node, ``b_p = G_p(T) - r_p``
+    (what a job running past ``T`` may still use there, at most its free CPUs).
+
+    Kept by class as well, so that a job running past ``T`` is placed at a cost in node
+    classes, not in reserved nodes: ``eff[a]`` the reserved nodes (ascending) whose usable
+    CPUs ``min(free_p, b_p)`` are ``a > 0``, and ``excess`` = the sum of ``free_p - b_p``
+    where positive (free CPUs such a job may not use). :meth:`NodeClassScheduler._start`
+    keeps both up to date when a start takes CPUs of a reserved node."""
+
+    __slots__ = ("job_id", "T", "b", "pick", "eff", "excess")
+
+    def __init__(self, job_id: int, T: int, b: dict[int, int], pick: Pick,
+                 free: list[int]) -> None:
+        self.job_id, self.T, self.b, self.pick = job_id, T, b, pick
+        self.eff: dict[int, list[int]] = {}
+        self.excess = 0
+        for p, v in sorted(b.items()):
+            f = free[p]
+            if f > v:
+                self.excess += f - v
+            a = min(f, v)
+            if a > 0:
+                self.eff.setdefault(a, []).append(p)
+
+    def moved(self, p: int, old_free: int, old_b: int, free: int) -> None:
+        """Reserved node ``p`` went from ``old_free`` free CPUs and ``old_b`` to ``free``
+        and ``b[p]``: move it between the usable-CPU classes and correct the excess."""
+        b = self.b[p]
+        self.excess += max(0, free - b) - max(0, old_free - old_b)
+        a0, a1 = min(old_free, old_b), min(free, b)
+        if a0 != a1:
+            if a0 > 0:
+                cls = self.eff[a0]
+                del cls[bisect_left(cls, p)]
+            if a1 > 0:
+                insort(self.eff.setdefault(a1, []), p)
+
+
+class NodeClassScheduler:
+    """State: free CPUs per node and the nodes grouped by it, the running jobs' estimated
+    ends; a pass walks the jobs it is given in queue order (module doc)."""
+
+    __slots__ = ("nodes", "part", "cfg", "cpn", "ratio", "free", "byfree", "total", "backfill",
+                 "running", "releases", "_info", "_res", "_wait")
+
+    def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
+        why = self.unsupported(nodes, [part], cfg)
+        if why:
+            raise ValueError(why)
+        self.nodes = sorted(nodes, key=lambda n: n.index)
+        self.part, self.cfg = part, cfg
+        self.cpn = self.nodes[0].cpus
+        self.ratio = self.nodes[0].mem // self.cpn
+        self.backfill = cfg.backfill
+        self.free = [n.cpus_free for n in self.nodes]
+        # node class: free CPUs → positions with that many free, ascending
+        self.byfree: list[list[int]] = [[] for _ in range(self.cpn + 1)]
+        for p, c in enumerate(self.free):
+            self.byfree[c].append(p)
+        self.total = sum(self.free)
+        self.running: dict[int, tuple[int, Pick]] = {}  # job → (estimated end, its CPUs)
+        self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
+        self._info: dict[int, tuple[JobView, Info]] = {}
+        self._res: _Resv | None = None  # the last pass's reservation
+        self._wait: tuple[int, int, int] | None = None  # a waiting job not yet reserved
+
+    # ---- scope ------------------------------------------------------------------------
+    @staticmethod
+    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
+                    cfg: SchedConfig) -> str | None:
+        """Why these settings are outside the scope (module doc), or None."""
+        if not nodes or len(parts) != 1:
+            return "no nodes, or more than one partition"
+        n0, p = nodes[0], parts[0]
+        for n in nodes:
+            if n.gpus or not n.usable or n.cpus != n0.cpus or n.weight != n0.weight or \
+                    n.mem != n0.mem or n.mem % n.cpus or n.mem_free * n.cpus != n.cpus_free * n.mem:
+                return "nodes differ, have GPUs, are not usable, or memory is not per CPU"
+        if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
+                p.max_nodes is not None:
+            return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
+        if not prio.static(cfg) or cfg.max_jobs_to_start:
+            return "multifactor priority or a job start limit"
+        if cfg.preempt_type not in ("preempt/none", "", None):
+            return "preemption"
+        if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
+            return "backfill other than EASY without a test budget"
+        return None
+
+    def admit(self, job: JobView) -> str | None:
+        """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
+        part = self.part
+        if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
+                job.req_nodes or job.exc_nodes or job.constraint or job.reservation or \
+                job.switches or job.time_min or job.gpu_type or job.deadline is not None:
+            return "job options outside the node-class scope"
+        if _static_reason(job, part) or partition_reason(job, part):
+            return "the partition rejects the job"
+        rq = request_of(job, self.cfg)
+        if rq.tasks_mode != "pack" or rq.cpt != 1 or rq.lo != 1 or rq.hi is not None or \
+                rq.tpn is not None or rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or \
+                rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
+                job.nodes_min > 1:
+            return "the job's shape is outside the node-class scope"
+        if rq.ntasks > self.cpn * len(self.nodes):
+            return "more CPUs than the partition has"
+        lim = job.time_limit if job.time_limit is not None else part.max_time
+        if lim is not None and lim < 1:
+            return "a limit under a minute (planned longer than it runs)"
+        self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
+                                        rq.ntasks, estimate(job, part),
+                                        YEAR if lim is None else 60 * lim))
+        return None
+
+    def info(self, job: JobView) -> Info:
+        got = self._info.get(job.job_id)
+        if got is None or got[0] is not job:
+            why = self.admit(job)
+            if why is not None:
+                raise ValueError(f"job {job.job_id}: {why}")
+            got = self._info[job.job_id]
+        return got[1]
+
+    # ---- changes ----------------------------------------------------------------------
+    def _take(self, p: int, x: int) -> None:
+        """Node ``p`` gives (x > 0) or gets back (x < 0) ``x`` CPUs: move it between classes."""
+        old = self.free[p]
+        new = self.free[p] = old - x
+        cls = self.byfree[old]
+        del cls[bisect_left(cls, p)]
+        insort(self.byfree[new], p)
+        self.total -= x
+
+    def add_running(self, job_id: int, end: int, pick: Pick) -> None:
+        """A job already running (started elsewhere) on ``pick``, estimated to end at ``end``
+        (:func:`~muster.core.backfill.running_end`): its CPUs are taken now."""
+        for p, x in pick:
+            self._take(p, x)
+        self.running[job_id] = (end, pick)
+        insort(self.releases, (end, job_id))
+
+    def ended(self, job_id: int) -> None:
+        """A running job gave its CPUs back."""
+        end, pick = self.running.pop(job_id)
+        for p, x in pick:
+            self._take(p, -x)
+        rel = self.releases
+        del rel[bisect_left(rel, (end, job_id))]
+
+    # ---- the pass ---------------------------------------------------------------------
+    def schedule(self, now: int, queue: Sequence[JobView]) -> list[Start]:
+        """The starts ``schedule()`` makes now for these pending jobs (every one admitted),
+        applied to this state. Afterwards :attr:`reservation` is the EASY reservation."""
+        infos = sorted((self.info(j), j) for j in queue)
+        starts: list[Start] = []
+        res: _Resv | None = None
+        blocked = False
+        self._wait = None
+        for (key, n, d, off), job in infos:
+            if self._wait is not None:  # a waiting job before this one: reserve first
+                res = self._reserve(now)
+            pick = self._fit(n, d, now, res)
+            if pick is not None:
+                self._start(job, n, d, off, now, pick, res, blocked, starts)
+                continue
+            if not self.backfill:
+                break  # the main scheduler: the first waiting job blocks the partition
+            blocked = True
+            if res is None:
+                self._wait = (key[2], n, d)
+        if self._wait is not None:
+            res = self._reserve(now)
+        self._res = res
+        return starts
+
+    @property
+    def reservation(self) -> tuple[int, int, tuple[str, ...]] | None:
+        """The last pass's EASY reservation: (job, expected start, node names), or None."""
+        res = self._res
+        return None if res is None else (
+            res.job_id, res.T, tuple(self.nodes[p].name for p, _ in sorted(res.pick)))
+
+    def _start(self, job: JobView, n: int, d: int, off: int, now: int, pick: Pick,
+               res: _Resv | None, blocked: bool, starts: list[Start]) -> None:
+        jid = job.job_id
+        past = res is not None and now + d > res.T
+        free = self.free
+        for p, x in pick:
+            if res is not None and p in res.b:
+                old_free, old_b = free[p], res.b[p]
+                self._take(p, x)
+                if past:  # it still holds these CPUs at T
+                    res.b[p] -= x
+                res.moved(p, old_free, old_b, free[p])
+            else:
+                self._take(p, x)
+        # planned on [now, now + d); later passes see it end where the lifecycle puts it
+        # (start + limit): the two differ only for limits under a minute, not admitted
+        self.running[jid] = (now + off, pick)
+        insort(self.releases, (now + off, jid))
+        nodes, ratio = self.nodes, self.ratio
+        alloc = Allocation(job_id=jid, nodes=tuple(
+            NodeAlloc(node=nodes[p].name, cpus=x, mem=ratio * x, gpus=(), tasks=x)
+            for p, x in sorted(pick)))
+        starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
+                            scheduler="Backfill" if blocked else "Main"))
+
+    # ---- placement now ----------------------------------------------------------------
+    def _fit(self, n: int, d: int, now: int, res: _Resv | None) -> Pick | None:
+        """Where a job of ``n`` one-CPU tasks starts now for ``[now, now+d)``, or None."""
+        r = res if res is not None and now + d > res.T else None
+        skip, extra = (r.b, r.eff) if r is not None else (None, None)
+        if n <= self.cpn:
+            got = self._smallest(n, self.cpn + 1, skip, extra)
+            if got is not None:
+                return [(got[1], n)]
+            if self.backfill:
+                return None  # backfill plans it as a one-node shape: never spread
+        if n > self.total - (r.excess if r is not None else 0):
+            return None
+        return _spread(n, self._order(skip, extra),
+                       lambda lo, hi: self._smallest(lo, hi, skip, extra))
+
+    # Node classes with exceptions: the nodes in ``skip`` are not where ``byfree`` says but in
+    # ``extra`` (CPUs → their positions, ascending): the reserved nodes for a job running
+    # past the reservation (at their usable CPUs, :class:`_Resv`), or the nodes whose CPUs
+    # a running job's end gives back before a reservation's start (at their CPUs then).
+    # The cost is in classes plus the exceptions met, never a pass over all nodes.
+
+    def _first(self, c: int, skip: Container[int] | None,
+               extra: dict[int, list[int]] | None) -> int | None:
+        """The lowest position with ``c`` usable CPUs, or None."""
+        cls = self.byfree[c]
+        if skip is None or extra is None:
+            return cls[0] if cls else None
+        best = next((p for p in cls if p not in skip), None)
+        ex = extra.get(c)
+        if ex and (best is None or ex[0] < best):
+            best = ex[0]
+        return best
+
+    def _smallest(self, lo: int, hi: int, skip: Container[int] | None,
+                  extra: dict[int, list[int]] | None) -> tuple[int, int] | None:
+        """The best-fit node with ``lo <= cpus < hi``: ``(cpus, position)``, or None (the
+        best fit for ``n`` CPUs: ``lo = n``, ``hi`` past the largest node)."""
+        for c in range(lo, hi):
+            p = self._first(c, skip, extra)
+            if p is not None:
+                return c, p
+        return None
+
+    def _order(self, skip: Container[int] | None,
+               extra: dict[int, list[int]] | None) -> Iterator[tuple[int, int]]:
+        """Nodes with usable CPUs as ``(cpus, position)``, most CPUs first, lowest index
+        first among equals (placement's spreading order). Lazy: the spreading reads only
+        the nodes it takes."""
+        byfree = self.byfree
+        for c in range(self.cpn, 0, -1):
+            cls: Iterable[int] = byfree[c]
+            if skip is not None and extra is not None:
+                cls = merge((p for p in cls if p not in skip), extra.get(c, ()))
+            for p in cls:
+                yield c, p
+
+    # ---- the reservation --------------------------------------------------------------
+    def _ends(self, now: int) -> list[tuple[int, int]]:
+        """The estimated ends as the timeline sees them: an end already past comes back at
+        now + KillWait + OverTimeLimit (never, if that is not after now)."""
+        rel = self.releases
+        if not rel or rel[0][0] > now:
+            return rel
+        late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
+        return sorted((e if e > now else late, j) for e, j in rel if e > now or late > now)
+
+    def _reserve(self, now: int) -> _Resv | None:
+        """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
+        on the profile with this pass's starts carved), or None when it has none in reach."""
+        assert self._wait is not None
+        jid, n, d = self._wait
+        self._wait = None
+        # the start T is the first breakpoint where the job fits: the profile (this pass's
+        # starts carved) does not decrease after it, so the window rounded up to
+        # bf_resolution that backfill reserves fits from T as well
+        horizon = now + self.cfg.bf_window * 60
+        free, running = self.free, self.running
+        acc: dict[int, int] = {}
+        ends = self._ends(now)
+        i, k, tests = 0, len(ends), 1
+        total = self.total
+        while i < k:
+            t = ends[i][0]
+            if t > horizon:
+                return None
+            touched = []
+            while i < k and ends[i][0] == t:
+                for p, x in running[ends[i][1]][1]:
+                    acc[p] = acc.get(p, free[p]) + x
+                    touched.append(p)
+                    total += x
+                i += 1
+            if n <= self.cpn:
+                fit = [(acc[p], p) for p in touched if acc[p] >= n]
+                if fit:
+                    c, p = min(fit)
+                    return _Resv(jid, t, {p: c - n}, [(p, n)], free)
+                continue
+            tests += 1  # one more distinct breakpoint
+            if tests > _MAX_TESTS:
+                return None
+            if total >= n:
+                # the nodes at t: the classes, but the touched ones at their CPUs then
+                at: dict[int, list[int]] = {}
+                for p in sorted(acc):
+                    at.setdefault(acc[p], []).append(p)
+                pick = _spread(n, self._order(acc, at),
+                               partial(self._smallest, skip=acc, extra=at))
+                assert pick is not None  # the CPUs at t cover n
+                return _Resv(jid, t, {p: acc.get(p, free[p]) - x for p, x in pick}, pick, free)
+        return None
+
+
+def _spread(n: int, order: Iterator[tuple[int, int]],
+            smallest: Callable[[int, int], tuple[int, int] | None]) -> Pick | None:
+    """Placement's spreading of ``n`` one-CPU tasks over nodes given as ``(cpus, p)`` most
+    CPUs first: take nodes until ``n`` are covered, swap the last for the best fit (fewest
+    CPUs, lowest index) among it and the nodes after it that cover the remainder (every
+    node after it has at most its CPUs: ``smallest(lo, hi)`` finds the best with
+    ``lo <= cpus < hi``), fill the nodes in order (each full but the last)."""
+    chosen: list[tuple[int, int]] = []
+    st = 0
+    for c, p in order:
+        chosen.append((c, p))
+        st += c
+        if st >= n:
+            break
+    else:
+        return None
+    last_c, last_p = chosen[-1]
+    rt = n - (st - last_c)
+    best = (last_c, last_p)
+    if rt < last_c:
+        got = smallest(rt, last_c)
+        if got is not None:
+            best = got
+    return [(p, c) for c, p in chosen[:-1]] + [(best[1], rt)]
