@@ -37,7 +37,7 @@ import signal
 import subprocess
 import time
 
-from muster.agent import acctgather, confine, taskprolog
+from muster.agent import acctgather, confine, oci, taskprolog
 from muster.agent.cgroup import CgroupError
 from muster.agent.workdir import WORKDIR, workdir_args
 from muster.common import clock
@@ -104,6 +104,7 @@ class _Supervisor:
         self.acct = acctgather.sampler_for(launch)  # usage of the batch step (None: off)
         self.cg: confine.StepCgroup | None = None  # the batch step's cgroup (None: unconfined)
         self.cg_final: dict = {}  # what StepCgroup.finish found (OOM kills, usage)
+        self.report: oci.LaunchReport | None = None  # a container task's launch report channel
 
     def _on_term(self, signum, frame):
         self.term_requested = True
@@ -139,8 +140,10 @@ class _Supervisor:
             pid, self.err_fd = None, None
             failure = f"slurmstepd: error: cannot create the batch step's cgroup: {exc}"
         else:
+            if oci.wanted(self.launch["env"]):
+                self.report = oci.LaunchReport.make()
             pid, failure, self.err_fd = _spawn_job(self.launch, self.spool, out_path,
-                                                   err_path, self.cg)
+                                                   err_path, self.cg, self.report)
         if pid is None:
             status = {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": 1,
                       "signal": 0, "timed_out": False, "terminated": None,
@@ -152,6 +155,7 @@ class _Supervisor:
             if self.acct is not None:
                 self.acct.add(0, pid)
             status = self._watch(pid, start)
+            status.update(self._container_failure(status))
             status.update(self._finish_cgroup())
             if self.acct is not None:
                 status["usage"] = self.acct.report()
@@ -227,6 +231,18 @@ class _Supervisor:
         return {"job_id": self.job_id, "run": self.launch.get("run", 0), "exit_code": exit_code,
                 "signal": sig, "timed_out": timed_out, "terminated": why,
                 "start_time": int(start), "end_time": int(clock.time()), "launch_failed": False}
+
+    def _container_failure(self, status: dict) -> dict:
+        """A container that could not start (the runner's oci.LaunchReport): the batch step
+        is a launch failure with its reason, as when its cgroup cannot be made, so the job
+        ends FAILED with Reason=JobLaunchFailure. A job ended on purpose (cancel, time limit)
+        keeps that end."""
+        if self.report is None:
+            return {}
+        why = self.report.reason(status["exit_code"], status["signal"])
+        if why is None or status["terminated"] or status["timed_out"]:
+            return {}
+        return {"launch_failed": True, "launch_error": why}
 
     def _finish_cgroup(self) -> dict:
         """The batch step is over: nothing of it may survive (double-forked daemons
@@ -430,13 +446,26 @@ def _close_all(fds) -> None:
 
 
 def _spawn_job(L: dict, spool: str, out_path: str, err_path: str,
-               step: confine.StepCgroup | None = None) -> tuple[int | None, str, int | None]:
+               step: confine.StepCgroup | None = None, report: oci.LaunchReport | None = None
+               ) -> tuple[int | None, str, int | None]:
     """Start the batch script as the job's user in its own session. Returns (pid, "", err_fd)
     or (None, reason, None). ``err_fd`` is the job's stderr, opened as the user and kept for
     Slurm's CANCELLED line. The child runs no Python: subprocess's C fork/exec does setsid, the
     uid/gid/groups switch, umask and the fd plumbing; the shell wrapper enters the working
     directory as the user. ``step``: the batch step's cgroup, which the script is born in
-    (confine.born_confined)."""
+    (confine.born_confined). ``report``: a container job's launch report channel, whose write
+    end the script's runner inherits (our copy is closed here, whatever happens)."""
+    try:
+        return _spawn_job_as_user(L, spool, out_path, err_path, step, report)
+    finally:
+        if report is not None:
+            report.started()
+
+
+def _spawn_job_as_user(L: dict, spool: str, out_path: str, err_path: str,
+                       step: confine.StepCgroup | None, report: oci.LaunchReport | None
+                       ) -> tuple[int | None, str, int | None]:
+    """_spawn_job's body (which closes the report channel's write end after it)."""
     uid, gid = L["uid"], L["gid"]
     groups = L.get("groups") or [gid]
     if os.getuid() != 0 and os.getuid() != uid:
@@ -464,13 +493,20 @@ def _spawn_job(L: dict, spool: str, out_path: str, err_path: str,
     if os.getuid() == 0 and uid != 0:
         kw = {"user": uid, "group": gid, "extra_groups": groups}
     wrapper = taskprolog.with_task_prolog(_WRAPPER, L.get("task_prolog"))
-    argv = ["/bin/sh", "-c", wrapper, script, *workdir_args(L["work_dir"], L["env"]),
-            *(L.get("argv") or [])]
+    command = [script, *(L.get("argv") or [])]
+    env: dict = L["env"]
+    keep: tuple[int, ...] = ()
+    if oci.wanted(L["env"]):  # the user's runner starts the container (muster.agent.oci)
+        command = oci.task_argv(command, L.get("conf_dir"), batch=True)
+        if report is not None:
+            env, keep = report.env(env), report.fds
+    argv = ["/bin/sh", "-c", wrapper, command[0], *workdir_args(L["work_dir"], L["env"]),
+            *command[1:]]
     try:
         with confine.born_confined(step, 0):
             proc = subprocess.Popen(argv, stdin=in_fd, stdout=out_fd, stderr=err_fd, cwd="/",
-                                    env=L["env"], start_new_session=True, umask=umask,
-                                    close_fds=True, **kw)
+                                    env=env, start_new_session=True, umask=umask,
+                                    close_fds=True, pass_fds=keep, **kw)
     except (OSError, CgroupError) as exc:
         what = "task cgroup" if isinstance(exc, CgroupError) else "execve()"
         try:

@@ -289,7 +289,7 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
         "standard_output": _s(j.get("std_out")),
         "submit_time": num(j.get("submit_time") or 0),
         "suspend_time": num(0),
-        "system_comment": "",
+        "system_comment": _s(j.get("system_comment")),
         "time_limit": limit(j.get("time_limit")),
         "time_minimum": num(j.get("time_min") or 0),
         "threads_per_core": num(None),

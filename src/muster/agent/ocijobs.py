@@ -1,0 +1,90 @@
+"""The jobs that ran container tasks on this node, and the end of their named containers.
+
+A job's named containers (``--container-name``) live in the user's node directory
+(muster.agent.oci) for as long as the job may start steps here. Once the job is over on
+this node they are removed, and the user's image cache is brought back within its limit,
+by ``python -m muster.agent.oci --cleanup NODE JOB`` started *as the user*: the agent
+(root) never opens those user-owned paths.
+
+When the job is over here: its batch script ended (this is its batch node), the
+controller terminated the whole job here (cancel, time limit, requeue, node failure), or
+asked for its Epilog — and nothing of it still runs here. Between the steps of an
+allocation none of these happens, so the containers stay for its next step. What this
+cannot see — a job's other nodes when it ends normally without an Epilog configured — is
+left in the user's /tmp directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import subprocess
+import sys
+
+from muster.agent import oci
+
+__all__ = ["ContainerJobs"]
+
+log = logging.getLogger("muster.agent")
+
+
+class ContainerJobs:
+    """Per node: job -> (uid, gid, groups, conf_dir) of jobs that ran a container task."""
+
+    def __init__(self, node: str):
+        self.node = node
+        self.users: dict[int, tuple[int, int, list[int], str]] = {}
+        self.over: set[int] = set()
+
+    def note(self, L: dict) -> None:
+        """A launch (batch or step): remember the job when it asks for a container."""
+        if oci.wanted(L.get("env") or {}) and isinstance(L.get("uid"), int):
+            self.users[L["job_id"]] = (L["uid"], L["gid"], list(L.get("groups") or []),
+                                       L.get("conf_dir") or "")
+            self.over.discard(L["job_id"])
+
+    def ended(self, job_id: int, busy: bool) -> None:
+        """The job is over on this node (module doc); clean now unless something of it still
+        runs (then :meth:`idle` does, when the last of it ends)."""
+        if job_id in self.users:
+            self.over.add(job_id)
+            if not busy:
+                self.idle(job_id)
+
+    def idle(self, job_id: int) -> None:
+        """Nothing of the job runs here now."""
+        if job_id not in self.over:
+            return
+        self.over.discard(job_id)
+        uid, gid, groups, conf_dir = self.users.pop(job_id)
+        if os.getuid() != 0 and os.getuid() != uid:
+            return  # an unprivileged agent runs only its own user's jobs
+        root = os.getuid() == 0
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-I", "-m", "muster.agent.oci", "--conf", conf_dir,
+                 "--cleanup", self.node, str(job_id)], cwd="/", env={"PATH": oci.DEFAULT_PATH},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True, user=uid if root else None,
+                group=gid if root else None, extra_groups=groups if root else None)
+        except OSError as exc:
+            log.warning("job %s: cannot remove its containers: %s", job_id, exc)
+            return
+        _reap_later(proc)
+
+
+def _reap_later(proc: subprocess.Popen) -> None:
+    """Collect the cleanup's exit on the agent's loop (its pidfd), never blocking it."""
+    try:
+        loop = asyncio.get_running_loop()
+        fd = os.pidfd_open(proc.pid)
+    except (RuntimeError, OSError):
+        proc.wait()
+        return
+
+    def done() -> None:
+        loop.remove_reader(fd)
+        os.close(fd)
+        proc.wait()
+    loop.add_reader(fd, done)
