@@ -51,9 +51,9 @@ from typing import Any
 
 from . import priority as prio
 from .backfill import YEAR, estimate
-from .limits import partition_reason
 from .placement import Allocation, NodeAlloc, request_of
-from .schedule import Start, _static_reason, order_key
+from .pooled import job_outside, settings_outside
+from .schedule import Start, order_key
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
 
 __all__ = ["NodeClassScheduler"]
@@ -147,23 +147,14 @@ class NodeClassScheduler:
         if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
                 p.max_nodes is not None:
             return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
-        if not prio.static(cfg) or cfg.max_jobs_to_start:
-            return "multifactor priority or a job start limit"
-        if cfg.preempt_type not in ("preempt/none", "", None):
-            return "preemption"
-        if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
-            return "backfill other than EASY without a test budget"
-        return None
+        return settings_outside(cfg)
 
     def admit(self, job: JobView) -> str | None:
         """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
         part = self.part
-        if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
-                job.req_nodes or job.exc_nodes or job.constraint or job.reservation or \
-                job.switches or job.time_min or job.gpu_type or job.deadline is not None:
-            return "job options outside the node-class scope"
-        if _static_reason(job, part) or partition_reason(job, part):
-            return "the partition rejects the job"
+        why = job_outside(job, part, "node-class")
+        if why is not None:
+            return why
         rq = request_of(job, self.cfg)
         if rq.tasks_mode != "pack" or rq.cpt != 1 or rq.lo != 1 or rq.hi is not None or \
                 rq.tpn is not None or rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or \

@@ -81,6 +81,30 @@ def _frontier(keys: list[Key], jobs: dict[Key, Entry]) -> list[tuple[int, int]]:
     return out
 
 
+def settings_outside(cfg: SchedConfig) -> str | None:
+    """Why these scheduler settings are outside an incremental scheduler's scope (this one's
+    and :class:`muster.core.nodeclass.NodeClassScheduler`'s), or None."""
+    if not prio.static(cfg) or cfg.max_jobs_to_start:
+        return "multifactor priority or a job start limit"
+    if cfg.preempt_type not in ("preempt/none", "", None):
+        return "preemption"
+    if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
+        return "backfill other than EASY without a test budget"
+    return None
+
+
+def job_outside(job: JobView, part: PartitionView, scope: str) -> str | None:
+    """Why ``job``'s options keep it from an incremental scheduler of one partition ``part``
+    (``scope`` names the scheduler in the answer), or None."""
+    if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
+            job.req_nodes or job.exc_nodes or job.constraint or job.reservation or \
+            job.switches or job.time_min or job.gpu_type or job.deadline is not None:
+        return f"job options outside the {scope} scope"
+    if _static_reason(job, part) or partition_reason(job, part):
+        return "the partition rejects the job"
+    return None
+
+
 class PooledScheduler:
     """State: free CPUs, running jobs' estimated ends (sorted), the ordered queue and its
     block index; after each pass, where it stopped (see module doc)."""
@@ -129,23 +153,14 @@ class PooledScheduler:
             return "the node has GPUs, is not usable, or memory is not in proportion to CPUs"
         if p.state != "UP" or n.name not in p.node_names:
             return "the partition is not UP or does not hold the node"
-        if not prio.static(cfg) or cfg.max_jobs_to_start:
-            return "multifactor priority or a job start limit"
-        if cfg.preempt_type not in ("preempt/none", "", None):
-            return "preemption"
-        if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
-            return "backfill other than EASY without a test budget"
-        return None
+        return settings_outside(cfg)
 
     def admit(self, job: JobView) -> str | None:
         """Why ``job`` is outside the scope, or None (it could then be :meth:`submit`-ted)."""
         part = self.part
-        if job.partitions != (part.name,) or job.blocked or job.max_starts != 1 or \
-                job.req_nodes or job.exc_nodes or job.constraint or job.reservation or \
-                job.switches or job.time_min or job.gpu_type or job.deadline is not None:
-            return "job options outside the pooled scope"
-        if _static_reason(job, part) or partition_reason(job, part):
-            return "the partition rejects the job"
+        why = job_outside(job, part, "pooled")
+        if why is not None:
+            return why
         shape = self._shape(job)
         if shape is None:
             return "the job's shape is outside the pooled scope"
