@@ -143,9 +143,20 @@ def _exchange(path: str, data: bytes, deadline: float) -> dict:
     id makes a retry safe); TransportError for what retrying cannot fix."""
     s = _connect(path, deadline)
     try:
-        s.sendall(data)
+        return round_trip(s, lambda: s.sendall(data))
+    finally:
+        s.close()
+
+
+def round_trip(s, send) -> dict:
+    """``send()`` one request on ``s`` and read its reply. _Retry when it could not be
+    delivered, the connection ended before the reply, or a standby (or a leader deposed
+    before it committed) answered; TransportError for a controller that is up but does not
+    answer (never re-sent) or a garbled reply."""
+    try:
+        send()
         reply = wire.recv_frame(s)
-    except TimeoutError as exc:  # a controller that is up but does not answer: no resend
+    except TimeoutError as exc:
         raise TransportError(f"Unable to contact slurm controller ({exc})") from None
     except OSError:
         raise _Retry() from None
@@ -153,10 +164,8 @@ def _exchange(path: str, data: bytes, deadline: float) -> dict:
         if str(exc).startswith("connection closed"):
             raise _Retry() from None
         raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-    finally:
-        s.close()
     if reply.get("code") == "in_standby_mode":
-        raise _Retry()  # a standby, or a leader deposed before it committed: try another
+        raise _Retry()
     return reply
 
 

@@ -237,24 +237,10 @@ class Controller:
     def exchange(self, msg: dict, timeout: float | None) -> dict:
         """One request on the current connection; the reply as the controller sent it.
         client._Retry when the connection ended first or reached a standby."""
-        from muster.cli.client import _Retry
+        from muster.cli.client import round_trip
         from muster.common import wire
-        from muster.common.errors import TransportError
         self.sock.settimeout(timeout)
-        try:
-            wire.send_frame(self.sock, msg)
-            reply = wire.recv_frame(self.sock)
-        except TimeoutError as exc:  # up but not answering: never re-sent
-            raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-        except OSError:
-            raise _Retry() from None
-        except wire.FrameError as exc:
-            if str(exc).startswith("connection closed"):
-                raise _Retry() from None
-            raise TransportError(f"Unable to contact slurm controller ({exc})") from None
-        if reply.get("code") == "in_standby_mode":
-            raise _Retry()  # a deposed leader: the new one is elsewhere
-        return reply
+        return round_trip(self.sock, lambda: wire.send_frame(self.sock, msg))
 
     def call(self, msg: dict, timeout: float | None = 60, retry: float | None = None) -> dict:
         """The reply, or the MusterError it carries. ``retry``: seconds to ride out a broken
