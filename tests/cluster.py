@@ -235,4 +235,8 @@ def private_cluster(prefix: str, **kw):
         yield c
     finally:
         c.down()
+        keep = os.environ.get("MUSTER_KEEP_LOGS")  # a directory: each cluster's logs kept there
+        if keep:
+            shutil.copytree(os.path.join(c.state_dir, "log"),
+                            os.path.join(keep, os.path.basename(base)), dirs_exist_ok=True)
         cleanup(base)

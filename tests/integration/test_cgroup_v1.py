@@ -265,3 +265,24 @@ def test_a_level_made_in_some_controllers_is_joined_there_and_its_parent_elsewhe
         p.wait()
     assert h.try_remove(task) and h.try_remove(step)
     assert not any(os.path.exists(os.path.join(m, step)) for m in h.mounts.values())
+
+
+def test_kill_all_thaws_a_step_left_frozen_by_a_dead_daemon(h, parent):
+    """A step daemon froze its step to kill it and was killed itself: the step stays frozen
+    on v1 (thawing the job does not thaw a child frozen by its own write), and SIGKILL cannot
+    end a frozen task. kill_all on the job must still empty it."""
+    job, step = f"{parent}/job_8", f"{parent}/job_8/step_0"
+    h.make(step)
+    p = gated("sleep", "600")
+    h.attach(step, p.pid)
+    p.stdin.write("go\n")
+    p.stdin.flush()
+    wait_for(lambda: "sleep" in open(f"/proc/{p.pid}/cmdline").read(), what="sleep running")
+    state = os.path.join(h.mounts["freezer"], step, "freezer.state")
+    with open(state, "w") as fh:
+        fh.write("FROZEN")
+    wait_for(lambda: open(state).read().strip() == "FROZEN", what="the step frozen")
+    assert h.kill_all(job, timeout=10)  # before the subtree thaw: False after 10 s
+    assert p.wait(timeout=10) == -9
+    assert open(state).read().strip() == "THAWED"
+    h.remove(job)

@@ -472,12 +472,27 @@ class V1Hierarchy(Hierarchy):
         path = self._file("freezer", rel, "freezer.state")
         if not os.path.exists(path):
             return False
-        self._write(path, "FROZEN" if frozen else "THAWED")
-        if frozen:
-            deadline = time.monotonic() + _FREEZE_WAIT_S
-            while self._read(path).strip() != "FROZEN" and time.monotonic() < deadline:
-                time.sleep(0.005)  # FREEZING -> FROZEN has no notification on v1
+        if not frozen:
+            self._thaw_subtree(rel)
+            return True
+        self._write(path, "FROZEN")
+        deadline = time.monotonic() + _FREEZE_WAIT_S
+        while self._read(path).strip() != "FROZEN" and time.monotonic() < deadline:
+            time.sleep(0.005)  # FREEZING -> FROZEN has no notification on v1
         return True
+
+    def _thaw_subtree(self, rel: str) -> None:
+        """THAWED into *rel* and every cgroup below it, parents first. On v1 thawing a parent
+        does not thaw a child that was frozen by its own write: a step daemon that froze its
+        step to kill it and was itself killed meanwhile leaves the step frozen, and its
+        processes then sit in the refrigerator, where even SIGKILL cannot end them."""
+        for d in reversed(_subdirs_bottom_up(os.path.join(self.mounts["freezer"], _norm(rel)))):
+            state = os.path.join(d, "freezer.state")
+            try:
+                if self._read(state).strip() != "THAWED":
+                    self._write(state, "THAWED")
+            except CgroupError:
+                pass  # removed meanwhile
 
     def oom_kills(self, rel: str) -> int:
         """OOM kills in the subtree: v1 counts a kill only in the victim's own memcg, so the
