@@ -14,6 +14,7 @@ daemons (muster.common.linkauth, muster.common.netio, muster.agent.daemon).
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pwd
@@ -208,7 +209,7 @@ class KeyedController:
 
     def __init__(self, port: int, keys: list[bytes]):
         self.keys = keys
-        self.srv = socket.create_server(("127.0.0.1", port))
+        self.srv = wait_for(lambda: _bind(port), timeout=30, what=f"port {port} free")
         self.srv.settimeout(0.2)
         self.links: dict[str, queue.Queue] = {}
         self._stop = threading.Event()
@@ -246,6 +247,17 @@ class KeyedController:
         for q in self.links.values():
             while not q.empty():
                 q.get().close()
+
+
+def _bind(port: int) -> socket.socket | None:
+    """The killed controller's port: the kernel may still be tearing down the connections
+    its agents had (they reconnect at once) for a moment after the process is gone."""
+    try:
+        return socket.create_server(("127.0.0.1", port))
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        return None
 
 
 def next_msg(link: linkpeer.SyncLink, op: str, job_id: int, timeout: float = 20) -> dict:
