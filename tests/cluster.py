@@ -152,6 +152,15 @@ class Cluster:
                                         "NODE_FAIL", "OUT_OF_MEMORY"), timeout)
 
 
+def read(path: str) -> str:
+    """A file's text, "" while it does not exist yet (job output, logs)."""
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except FileNotFoundError:
+        return ""
+
+
 def shared_tmp(base: str) -> str:
     """A directory every test user can write (job output lands here)."""
     os.makedirs(base, exist_ok=True)

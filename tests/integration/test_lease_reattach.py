@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from cluster import _alive, private_cluster, restart_controller, wait_for
+from cluster import _alive, private_cluster, read, restart_controller, wait_for
 
 GRACE = 5
 
@@ -25,14 +25,6 @@ def own_cluster():
     with private_cluster("muster-lease-", nodes=2, cpus=4,
                          extra_conf=f"MusterLeaseGrace={GRACE}") as c:
         yield c
-
-
-def read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def ctld_log(c) -> str:

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from cluster import BIN, _alive, private_cluster, restart_controller, start_agent, wait_for
+from cluster import BIN, _alive, private_cluster, read, restart_controller, start_agent, wait_for
 from muster.common import pidfile
 from muster.protocol.agentmsg import PROTOCOL_VERSION
 
@@ -23,14 +23,6 @@ from muster.protocol.agentmsg import PROTOCOL_VERSION
 def own_cluster():
     with private_cluster("muster-restart-", nodes=2, cpus=8) as c:
         yield c
-
-
-def read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def status(c) -> dict:

@@ -58,14 +58,7 @@ def selected(propagate: str | None, conf: str | None, conf_except: str | None) -
 
 def capture() -> dict[str, int]:
     """srun's soft limits, by name (RLIM_INFINITY as :data:`UNLIMITED`)."""
-    import resource
-    out = {}
-    for name in NAMES:
-        res = getattr(resource, f"RLIMIT_{name}", None)
-        if res is not None:
-            soft = resource.getrlimit(res)[0]
-            out[name] = UNLIMITED if soft == resource.RLIM_INFINITY else soft
-    return out
+    return _limits(0)
 
 
 def clean(limits: object) -> dict[str, int]:
@@ -79,13 +72,18 @@ def clean(limits: object) -> dict[str, int]:
 
 def node_hard() -> dict[str, int]:
     """This process's hard limits (what a task started from it inherits)."""
+    return _limits(1)
+
+
+def _limits(which: int) -> dict[str, int]:
+    """Soft (0) or hard (1) limits of this process, by name."""
     import resource
     out = {}
     for name in NAMES:
         res = getattr(resource, f"RLIMIT_{name}", None)
         if res is not None:
-            hard = resource.getrlimit(res)[1]
-            out[name] = UNLIMITED if hard == resource.RLIM_INFINITY else hard
+            v = resource.getrlimit(res)[which]
+            out[name] = UNLIMITED if v == resource.RLIM_INFINITY else v
     return out
 
 
