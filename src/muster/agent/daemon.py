@@ -34,6 +34,8 @@ import time
 from typing import Any
 
 from muster import __version__
+from muster.agent.relay import Relay
+from muster.agent.relay import socket_path as relay_socket
 from muster.agent import acctgather, confine, ocijobs
 from muster.agent.prolog import NodeScripts
 from muster.agent.stepd import run_stepd
@@ -658,6 +660,13 @@ class Agent:
         else:
             self._stop = stop_event
         self.recover()
+        # commands run on this node reach the controller through us (muster.agent.relay)
+        relay = Relay(self.cfg, self.keys, self.name, relay_socket(self.spool),
+                      self.node.addr if _is_local_addr(self.node.addr) else None)
+        try:
+            await relay.start()
+        except OSError as exc:
+            log.error("%s: no relay socket for local commands: %s", self.name, exc)
         delay = 0.05
         stop = asyncio.create_task(self._stop.wait())
         while not self._stop.is_set() and not self.retired:
@@ -670,6 +679,7 @@ class Agent:
                 delay = 0.05  # we were connected: retry fast
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+        relay.close()
         if self.link:
             self.link.close()
         if self.confine is not None:

@@ -69,22 +69,55 @@ def _conf_values() -> dict[str, str]:
                              "run `muster up` or set MUSTER_CONF)")
     got = _CONF_CACHE.get(path)
     if got is None:
-        got = _CONF_CACHE[path] = _scan_conf(path, ("statesavelocation", "musterclientretry"))
+        got = _CONF_CACHE[path] = _scan_conf(path, ("statesavelocation", "musterclientretry",
+                                                    "slurmdspooldir"))
     return got
 
 
+RELAY_SOCKET = "musterd.sock"  # muster.agent.relay.SOCKET_NAME (not imported: asyncio)
+
+
 def socket_paths() -> list[str]:
-    """The controllers' Unix sockets, in the order to try them: ``$MUSTER_SOCKET`` (several
-    paths separated by ``:``), else the socket in StateSaveLocation. Controllers that share
-    a StateSaveLocation (SlurmctldHost primary and standby) serve the same path, so one path
-    covers them all; whichever is active answers on it."""
+    """The sockets to try, in order: ``$MUSTER_SOCKET`` (several paths separated by ``:``),
+    else the controller's socket in StateSaveLocation, then this node's musterd relay
+    (muster.agent.relay), which forwards to the leading controller wherever it runs: the
+    way in on every host but the controller's. Controllers that share a StateSaveLocation
+    (SlurmctldHost primary and standby) serve the same path; whichever leads answers."""
     env = os.environ.get("MUSTER_SOCKET")
     if env:
         paths = [p for p in env.split(os.pathsep) if p]
         if paths:
             return paths
-    base = _conf_values().get("statesavelocation") or "/var/spool"
-    return [os.path.join(base, "musterctld.sock")]
+    conf = _conf_values()
+    base = conf.get("statesavelocation") or "/var/spool"
+    return [os.path.join(base, "musterctld.sock"), relay_path(conf)]
+
+
+def relay_path(conf: dict[str, str]) -> str:
+    """This node's relay socket: ``<SlurmdSpoolDir>/musterd.sock``, ``%n`` being the node
+    (``$SLURMD_NODENAME`` inside a job, else the short hostname, as musterd's default)."""
+    host = os.uname().nodename.split(".")[0]
+    node = os.environ.get("SLURMD_NODENAME") or host
+    spool = conf.get("slurmdspooldir") or "/var/spool/slurmd"
+    return os.path.join(spool.replace("%n", node).replace("%h", host), RELAY_SOCKET)
+
+
+def relay_address(sock) -> str | None:
+    """The address the controller sees a command at when ``sock`` (a connected Unix socket)
+    leads to a relay, not to the controller itself: srun's I/O listener binds it, for the
+    step daemons connect to that address. None for a direct connection."""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        return None
+    if not isinstance(peer, str) or os.path.basename(peer) != RELAY_SOCKET:
+        return None
+    try:
+        reply = round_trip(sock, lambda: wire.send_frame(sock, {"op": "relay_info"}))
+    except (_Retry, TransportError):
+        return None
+    addr = reply.get("addr")
+    return addr if isinstance(addr, str) else None
 
 
 def socket_path() -> str:

@@ -296,14 +296,16 @@ UNPROVEN_READ = 16384  # bytes read at a time from an unproven connection (its f
 def _io_address(ctl_sock: socket.socket) -> str:
     """The address srun's I/O listener binds: the one the step daemons will connect to. The
     controller sends them to the address it sees srun's request come from — over its Unix
-    socket, the loopback address — so srun never listens on every interface unless
+    socket, the loopback address; through a node's relay, the address the relay's link
+    leaves from (muster.agent.relay) — so srun never listens on every interface unless
     ``MUSTER_SRUN_ADDR`` says so."""
     override = os.environ.get("MUSTER_SRUN_ADDR")
     if override:
         return override
     if ctl_sock.family in (socket.AF_INET, socket.AF_INET6):
         return ctl_sock.getsockname()[0]
-    return "127.0.0.1"
+    from muster.cli.client import relay_address
+    return relay_address(ctl_sock) or "127.0.0.1"
 
 
 class _Peer:

@@ -174,7 +174,10 @@ class Link:
     def encode(self, obj: dict) -> bytes:
         """The frame for ``obj``; on a sealed link this consumes a sequence number, so the
         bytes must be written (in order) or the link abandoned."""
-        body = _enc.encode(obj)
+        return self.encode_body(_enc.encode(obj))
+
+    def encode_body(self, body: bytes) -> bytes:
+        """The frame for an already encoded body (a relay passes bodies through)."""
         if self.sealer is None:
             return HEADER.pack(len(body)) + body
         return HEADER.pack(len(body) + linkauth.TAG_BYTES) + body + self.sealer.tag(body)
@@ -189,9 +192,14 @@ class Link:
                    uid: int = -1) -> dict | None:
         """Next frame (None at a clean end). BadFrame on garbage, LinkForged when a sealed
         frame fails its MAC."""
+        body = await self.recv_body(limit, budget, uid)
+        return None if body is None else decode(body)
+
+    async def recv_body(self, limit: int = MAX_FRAME, budget: ByteBudget | None = None,
+                        uid: int = -1) -> bytes | None:
+        """Next frame's body, checked and unsealed but not decoded (None at a clean end)."""
         if self.opener is None:
-            body = await read_body(self.reader, limit, budget, uid)
-            return None if body is None else decode(body)
+            return await read_body(self.reader, limit, budget, uid)
         body = await read_body(self.reader, limit + linkauth.TAG_BYTES, budget, uid)
         if body is None:
             return None
@@ -202,7 +210,7 @@ class Link:
                 _raise_refusal(body)
             raise LinkForged(str(exc)) from None
         self._refusal_ok = False
-        return decode(body)
+        return body
 
     def close(self) -> None:
         self.writer.close()
