@@ -20,7 +20,7 @@ import threading
 
 import pytest
 
-from cluster import TEST_USER, private_cluster, user_exists, wait_for
+from cluster import BIN, TEST_USER, private_cluster, user_exists, wait_for
 
 pytestmark = pytest.mark.skipif(not user_exists(TEST_USER),
                                 reason="needs the unprivileged test user")
@@ -31,7 +31,8 @@ ELSEWHERE = ('mount --make-rprivate / && for s in "$STATE"/musterctld*.sock; do 
              'mount --bind /dev/null "$s"; done && hostname "$HOST" && exec "$@"')
 
 
-def elsewhere(c, node: str, argv: list[str], user: str | None = TEST_USER, **kw):
+def elsewhere(c, node: str, argv: list[str], user: str | None = TEST_USER,
+              extra_env: dict | None = None, **kw):
     """``argv`` as ``user`` on host ``node``, which has no controller socket: a Popen."""
     become = []
     if user is not None:
@@ -43,15 +44,16 @@ def elsewhere(c, node: str, argv: list[str], user: str | None = TEST_USER, **kw)
         env.update(HOME=pwd.getpwnam(user).pw_dir, USER=user, LOGNAME=user)
     # --reset-env would drop PATH and MUSTER_CONF: set them again inside
     inner = ["env", f"PATH={env['PATH']}", f"MUSTER_CONF={c.conf}",
-             f"HOME={env.get('HOME', '/root')}"] if become else []
+             f"HOME={env.get('HOME', '/root')}"] if become else ["env"]
+    inner += [f"{k}={v}" for k, v in (extra_env or {}).items()]
     cmd = ["unshare", "-m", "-u", "sh", "-c", ELSEWHERE, "sh", *become, *inner, *argv]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, **kw)
 
 
 def run_elsewhere(c, node: str, argv: list[str], user: str | None = TEST_USER,
-                  timeout: float = 60) -> tuple[int, str, str]:
-    p = elsewhere(c, node, argv, user, cwd=c.workdir)
+                  timeout: float = 60, extra_env: dict | None = None) -> tuple[int, str, str]:
+    p = elsewhere(c, node, argv, user, extra_env, cwd=c.workdir)
     out, err = p.communicate(timeout=timeout)
     return p.returncode, out, err
 
@@ -119,6 +121,30 @@ def test_salloc_elsewhere_keeps_its_lease_on_the_relay(c):
     assert rc == 0, err
     assert out.split()[-1] == "RUNNING", out
     assert "Granted job allocation" in err, err
+
+
+def test_a_login_host_relays_with_musterd_relay_only(c):
+    """A host that is no node (a login host) runs ``musterd --relay-only``: its commands work
+    and nothing registers as a node."""
+    log = os.path.join(c.state_dir, "log", "login1.log")
+    p = subprocess.Popen([os.path.join(BIN, "musterd"), "-f", c.conf, "-N", "login1",
+                          "--relay-only", "-L", log], env=c.env, stdin=subprocess.DEVNULL)
+    try:
+        path = os.path.join(c.state_dir, "spool", "login1", "musterd.sock")
+        wait_for(lambda: os.path.exists(path), what="the login host's relay socket")
+        rc, out, err = run_elsewhere(c, "login1", ["sbatch", "--parsable", "-o", "/dev/null",
+                                                   "--wrap", "true"])
+        assert rc == 0, err
+        assert c.wait_done(int(out.strip())) == "COMPLETED"
+        assert "login1" not in c.ok("sinfo", "-h", "-N", "-o", "%N")
+        # a host without a relay: the command tries for its retry budget, then Slurm's error
+        rc, out, err = run_elsewhere(c, "login2", ["squeue"],
+                                     extra_env={"MUSTER_CLIENT_RETRY": "1"})
+        assert rc != 0 and "Unable to contact slurm controller" in err, (out, err)
+    finally:
+        p.terminate()
+        assert p.wait(timeout=20) == 0
+    assert not os.path.exists(path)
 
 
 def test_relay_bounds_connections_per_user(c):

@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-D", dest="foreground", action="store_true")
     ap.add_argument("-L", dest="logfile")
     ap.add_argument("-v", dest="verbose", action="count", default=0)
+    ap.add_argument("--relay-only", action="store_true",
+                    help="serve no node: only relay this host's commands to the controller "
+                         "(a login host; -N names it, default: short hostname)")
     args = ap.parse_args(argv)
     from muster.common.errors import MusterError
     from muster.common.process import daemon_start
@@ -35,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     except MusterError as exc:
         print(f"musterd: error: {exc.message}", file=sys.stderr)
         return 1
+    if args.relay_only:
+        return _relay_only(cfg, names)
     unknown = [n for n in names if n not in cfg.nodes]
     if unknown:
         print(f"musterd: error: node {unknown[0]} is not in {path}", file=sys.stderr)
@@ -63,6 +68,41 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for p in pid_paths:
             pidfile.remove(p)
+    return 0
+
+
+def _relay_only(cfg, names: list[str]) -> int:
+    """A login host's musterd: the relay socket of each name (muster.agent.relay), nothing
+    else — no node registers, no job runs here."""
+    import asyncio
+    import signal
+
+    from muster.agent.relay import Relay, socket_path
+    from muster.common import auth, securefs
+    from muster.common.errors import MusterError
+    try:
+        keys = auth.load_keys(cfg.key_path)
+        spools = [cfg.node_path(cfg.slurmd_spool_dir, n) for n in names]
+        for spool in spools:
+            securefs.ensure_private_dir(os.path.dirname(spool), "SlurmdSpoolDir's parent")
+            securefs.ensure_private_dir(spool, "SlurmdSpoolDir", mode=0o711)
+    except (MusterError, OSError) as exc:
+        print(f"musterd: error: {getattr(exc, 'message', exc)}", file=sys.stderr)
+        return 1
+
+    async def serve() -> None:
+        relays = [Relay(cfg, keys, n, socket_path(sp)) for n, sp in zip(names, spools)]
+        for r in relays:
+            await r.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        for r in relays:
+            r.close()
+
+    asyncio.run(serve())
     return 0
 
 
