@@ -202,6 +202,10 @@ def test_commands_elsewhere_ride_a_failover(ha_cluster):
                                    "done"], cwd=c.workdir)
     wait_for(lambda: c.run(["squeue", "-h", "-s", "-o", "%i"]).out.count(".0") >= 1,
              what="the srun step running")
+    # scontrol ping from a host with no controller: the leader says who is alive
+    want = ["Slurmctld(primary) at localhost is UP", "Slurmctld(backup) at standby is UP"]
+    wait_for(lambda: run_elsewhere(c, nodes[1], ["scontrol", "ping"])[1].splitlines() == want,
+             what="both controllers UP from elsewhere")
     acked: list[int] = []
     failed: list[str] = []
     stop = threading.Event()
@@ -226,6 +230,9 @@ def test_commands_elsewhere_ride_a_failover(ha_cluster):
         stop.set()
         t.join(timeout=120)
     assert failed == []
+    want = ["Slurmctld(primary) at localhost is DOWN", "Slurmctld(backup) at standby is UP"]
+    wait_for(lambda: run_elsewhere(c, nodes[1], ["scontrol", "ping"])[1].splitlines()[:2] == want,
+             what="the dead primary DOWN from elsewhere")
     out, err = srun.communicate(timeout=120)
     assert srun.returncode == 0, err
     got = sorted(out.splitlines())

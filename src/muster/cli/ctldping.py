@@ -3,9 +3,12 @@
 With one SlurmctldHost, ping asks the controller on the shared socket. With several (an
 active/standby set, muster.controller.leader) it asks each controller on its own socket,
 ``<StateSaveLocation>/musterctld.<index>.sock``: a leader and a standby both answer a ping
-(UP); one that does not answer is DOWN. Layout and exit status as Slurm's: one line per
-controller, "primary", then "backup" (or "backupN" with more than two); 0 when any is UP;
-root gets the restore banner when any is DOWN.
+(UP); one whose socket is here but does not answer is DOWN. One with no socket here
+(another host's, or any from a node or login host) is as the leader knows it: alive when it
+marked itself so in the store within the last seconds; DOWN when not, or no leader answers.
+Layout and exit status as Slurm's: one line per controller, "primary", then "backup" (or
+"backupN" with more than two); 0 when any is UP; root gets the restore banner when any is
+DOWN.
 """
 
 from __future__ import annotations
@@ -58,6 +61,32 @@ def _mode(i: int, n: int) -> str:
     return "backup" if n == 2 else f"backup{i}"
 
 
+def _several_up(n: int, state: str) -> list[bool]:
+    """UP/DOWN of each controller of an active/standby set: asked on its own socket where
+    this host has it; the ones it cannot reach (they run on other hosts, or this is a node or
+    login host) as the leader knows them — its own liveness marks in the store — asked the
+    way every command reaches the leader (its socket, else this node's relay)."""
+    import stat
+    up: list[bool | None] = []
+    for i in range(n):
+        path = os.path.join(state, f"musterctld.{i}.sock")
+        reply = ask(path, {"op": "ping"})
+        try:  # a socket here that does not answer: that controller runs here, and is down
+            here = stat.S_ISSOCK(os.stat(path).st_mode)
+        except OSError:
+            here = False
+        up.append(True if reply and reply.get("ok") else False if here else None)
+    if None in up:
+        from muster.cli.client import call
+        try:
+            known = call({"op": "ping", "controllers": True}, retry=0).get("controllers")
+        except Exception:  # noqa: BLE001 - no leader to ask: those are DOWN
+            known = None
+        if isinstance(known, list) and len(known) == n:
+            up = [u if u is not None else bool(k) for u, k in zip(up, known)]
+    return [bool(u) for u in up]
+
+
 def ping() -> int:
     hosts, state = controllers()
     up: list[bool] = []
@@ -69,9 +98,7 @@ def ping() -> int:
         except Exception:
             up.append(False)
     else:
-        for i in range(len(hosts)):
-            reply = ask(os.path.join(state, f"musterctld.{i}.sock"), {"op": "ping"})
-            up.append(bool(reply and reply.get("ok")))
+        up = _several_up(len(hosts), state)
     for i, host in enumerate(hosts):
         print(f"Slurmctld({_mode(i, len(hosts))}) at {host} is {'UP' if up[i] else 'DOWN'}")
     if not all(up) and os.getuid() == 0:

@@ -38,9 +38,12 @@ log = logging.getLogger("musterctld")
 
 @op("ping")
 def ping(ctl, msg, uid, gid):
-    return {"cluster": ctl.cfg.cluster_name, "time": now(), "uid": uid,
-            "admin": ctl.is_admin(uid), "stats": dict(ctl.stats),
-            "nodes_up": sum(1 for n in ctl.state.nodes.values() if n.connected)}
+    out = {"cluster": ctl.cfg.cluster_name, "time": now(), "uid": uid,
+           "admin": ctl.is_admin(uid), "stats": dict(ctl.stats),
+           "nodes_up": sum(1 for n in ctl.state.nodes.values() if n.connected)}
+    if msg.get("controllers") and ctl.peers is not None:
+        out["controllers"] = ctl.peers.up()
+    return out
 
 
 def _new_job(ctl, req: dict, uid: int, gid: int, *, script, env, batch: bool) -> Job:

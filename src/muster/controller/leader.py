@@ -42,6 +42,8 @@ from muster.store.lease import Fenced, Lease
 
 log = logging.getLogger("musterctld")
 
+SEEN_S = 1.0  # how often a standby records that it is alive (scontrol ping from elsewhere)
+SEEN_LIMIT_S = 3 * SEEN_S  # a controller not seen for this long is DOWN to the leader
 POLL_S = 0.25  # a standby's look at the lease: a fail-over is SlurmctldTimeout + at most this
 STANDBY = {"ok": False, "code": "in_standby_mode",
            "error": "Slurm backup controller in standby mode"}
@@ -122,6 +124,7 @@ async def _serve(ctl, lease: Lease, own_path: str) -> str:
         _tear_down(ctl)
 
     lease.on_fenced = fenced
+    ctl.peers = Peers(ctl.cfg, lease)  # ping tells who else is alive (handlers.ping)
     own = await _listen(own_path, ctl._on_unix)
     renew = asyncio.create_task(_renew(ctl, lease, outcome))
     try:
@@ -130,6 +133,21 @@ async def _serve(ctl, lease: Lease, own_path: str) -> str:
         renew.cancel()
         own.close()
     return outcome[0]
+
+
+class Peers:
+    """The leader's view of every controller of the set, for ``scontrol ping`` on hosts that
+    cannot reach them: itself, and the others by their last liveness mark in the store
+    (Lease.mark_seen: standbys every SEEN_S) within SEEN_LIMIT_S."""
+
+    def __init__(self, cfg, lease: Lease):
+        self.holders = [holder_name(cfg, i) for i in range(len(cfg.slurmctld_hosts))]
+        self.lease = lease
+
+    def up(self) -> list[bool]:
+        ages = self.lease.seen_ages()
+        return [h == self.lease.holder or ages.get(h, SEEN_LIMIT_S + 1) <= SEEN_LIMIT_S
+                for h in self.holders]
 
 
 def _tear_down(ctl) -> None:
@@ -208,8 +226,13 @@ class Standby:
         server = await _listen(self.path, self._on_unix)
         log.info("%s standing by (lease held by %s)", self.lease.holder,
                  self.lease.read().holder or "nobody")
+        seen_at = 0.0
         try:
             while not stop.is_set():
+                if loop.time() - seen_at >= SEEN_S:
+                    seen_at = loop.time()
+                    with contextlib.suppress(Exception):  # a database hiccup: next time
+                        self.lease.mark_seen()
                 st = self.lease.read()
                 if st.remaining_s <= 0 or st.holder == self.lease.holder:
                     epoch = self.lease.try_acquire()

@@ -135,6 +135,7 @@ class Controller:
         self.slurmd_timeout: int
         self.requeue_delay: int
         self.retiring: set[str] = set()  # nodes gone from slurm.conf, removed once idle
+        self.peers = None  # an active/standby set's liveness view while we lead (leader.Peers)
         reconfig.apply_settings(self, cfg)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()

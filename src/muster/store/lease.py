@@ -23,7 +23,11 @@ leads is a row of the store itself, ``leader(id=1, holder, epoch, expires, hando
   * once fenced, a Lease stays fenced (no further round trip can change that): its
     controller is torn down and the process goes back to standby with a fresh store.
 
-The row is outside the numbered migrations on purpose: it is created on first use by any
+``controller_seen(holder, seen)``: each controller's last sign of life (standbys mark it every
+second, the leader with every renewal), so the leader can tell ``scontrol ping`` on any host
+whether a controller it cannot reach itself is UP.
+
+The rows are outside the numbered migrations on purpose: it is created on first use by any
 release that has controllers in standby, belongs to no backup (a restored store starts a
 new lease history: epochs keep growing from whatever the row holds), and an older release
 simply ignores it.
@@ -47,6 +51,8 @@ _SQL = {
         "seed": "INSERT INTO leader VALUES(1, '', 0, 0, '') ON CONFLICT(id) DO NOTHING",
         "now": "EXTRACT(EPOCH FROM clock_timestamp())::float8",
         "lock": " FOR UPDATE",
+        "create_seen": "CREATE TABLE IF NOT EXISTS controller_seen(holder TEXT PRIMARY KEY, "
+                       "seen DOUBLE PRECISION NOT NULL)",
     },
     "sqlite": {
         "create": "CREATE TABLE IF NOT EXISTS leader(id INTEGER PRIMARY KEY, holder TEXT NOT "
@@ -54,6 +60,8 @@ _SQL = {
         "seed": "INSERT OR IGNORE INTO leader VALUES(1, '', 0, 0, '')",
         "now": "((julianday('now') - 2440587.5) * 86400.0)",
         "lock": "",
+        "create_seen": "CREATE TABLE IF NOT EXISTS controller_seen(holder TEXT PRIMARY KEY, "
+                       "seen REAL NOT NULL)",
     },
 }
 MIN_TIMEOUT_S = 2.0  # below this a busy scheduling pass could cost the leader its lease
@@ -103,6 +111,7 @@ class Lease:
                 with self.store.transaction():
                     self.store._write(self._sql["create"], ())
                     self.store._write(self._sql["seed"], ())
+                    self.store._write(self._sql["create_seen"], ())
                 return
             except Exception:
                 if attempt == 2:
@@ -113,6 +122,24 @@ class Lease:
                               "FROM leader WHERE id=1")
         assert row is not None  # seeded by _ensure
         return LeaseState(row[0], int(row[1]), float(row[2]), row[3])
+
+    # ---- who is alive (scontrol ping from a host that cannot reach every controller) ----
+    def mark_seen(self) -> None:
+        """Record that this controller is alive now (the database's clock): standbys every
+        second or so, the leader with each renewal. A controller elsewhere is then known UP
+        or DOWN without reaching it (``seen_ages``)."""
+        with self.store.transaction():
+            self._mark_seen()
+
+    def _mark_seen(self) -> None:
+        self.store._write(f"INSERT INTO controller_seen VALUES(?, {self._sql['now']}) ON "
+                          f"CONFLICT(holder) DO UPDATE SET seen={self._sql['now']}",
+                          (self.holder,))
+
+    def seen_ages(self) -> dict[str, float]:
+        """Seconds since each controller last marked itself alive."""
+        rows = self.store._rows(f"SELECT holder, {self._sql['now']} - seen FROM controller_seen")
+        return {r[0]: float(r[1]) for r in rows}
 
     # ---- a standby's side --------------------------------------------------------------
     def try_acquire(self) -> int | None:
@@ -152,6 +179,7 @@ class Lease:
         with self.store.transaction():
             self.store._write(f"UPDATE leader SET expires={self._sql['now']} + ? "
                               "WHERE id=1 AND epoch=?", (self.timeout_s, self.epoch))
+            self._mark_seen()
         row = self.store._one("SELECT handover FROM leader WHERE id=1")
         want = row[0] if row else ""
         return want if want and want != self.holder else ""
