@@ -287,3 +287,104 @@ def test_musterctld_refuses_a_newer_schema(kind, make_url):
     assert r.returncode == 1, r
     assert "schema version 99" in r.stderr and "refusing to start" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+class _CuttingProxy:
+    """A Unix-socket proxy in front of the test server that cuts the connection at a COMMIT:
+    ``mode`` "before" drops the COMMIT unsent; "after" sends it, waits for the server's answer
+    (the transaction has committed) and drops that answer. One cut, then it forwards."""
+
+    def __init__(self, pg_server, mode: str):
+        import socket
+        import threading
+        self.mode, self.cut = mode, False
+        self.dir = tempfile.mkdtemp(prefix="muster-pgproxy-")
+        self.target = os.path.join(pg_server.base, f".s.PGSQL.{pg_server.port}")
+        self.path = os.path.join(self.dir, f".s.PGSQL.{pg_server.port}")
+        self.lsock = socket.socket(socket.AF_UNIX)
+        self.lsock.bind(self.path)
+        self.lsock.listen(16)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str) -> str:
+        return url.replace(url.split("host=")[1].split("&")[0], self.dir)
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+        while True:
+            try:
+                client, _ = self.lsock.accept()
+            except OSError:
+                return
+            server = socket.socket(socket.AF_UNIX)
+            server.connect(self.target)
+            threading.Thread(target=self._pipe, args=(server, client, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
+
+    def _pipe(self, src, dst, upstream: bool) -> None:
+        import socket
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if upstream and not self.cut and b"COMMIT" in data:
+                    self.cut = True
+                    if self.mode == "after":
+                        dst.sendall(data)
+                        dst.recv(65536)  # the server's answer: committed, never delivered
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            with __import__("contextlib").suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+    def close(self) -> None:
+        self.lsock.close()
+        import shutil
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mode", ["before", "after"])
+def test_connection_lost_at_commit_applies_the_transaction_exactly_once(pg_server, mode):
+    """The COMMIT is lost on its way (replayed on a new session and committed) or its answer
+    is (the commit stamp shows it was applied: nothing replayed). Either way every write of the
+    transaction is there once, and the store goes on."""
+    url = pg_server.new_db()
+    open_store(url).close()  # the schema, created without the proxy
+    proxy = _CuttingProxy(pg_server, mode)
+    try:
+        st = open_store(proxy.url(url), claim="musterctld")
+        st.put_job(_job(1))
+        with st.transaction():
+            st.put_job(_job(2))
+            st.add_event(10, "submit", job_id=2)
+        assert proxy.cut
+        check = open_store(url)
+        assert [j["job_id"] for j in check.query_jobs()] == [1, 2]
+        assert [e["event"] for e in check.events_of(2)] == ["submit"]  # once
+        check.close()
+        st.put_job(_job(3))  # the new session serves on
+        assert st.max_job_id() == 3
+        st.close()
+    finally:
+        proxy.close()
+
+
+def test_a_claim_taken_while_disconnected_is_never_taken_back(pg_server):
+    """Only our own lingering session is ended to retake the claim: a store another process
+    claimed while our connection was down stays theirs, and we stop (StoreLost)."""
+    url = pg_server.new_db()
+    st = open_store(url, claim="musterctld")
+    st.put_job(_job(1))
+    assert pg_server.terminate(url) == 1
+    other = open_store(url, claim="other")  # got in first
+    with pytest.raises(StoreLost, match="claimed by another process"):
+        st.put_job(_job(2))
+    assert [j["job_id"] for j in other.query_jobs()] == [1]
+    other.put_job(_job(3))  # still theirs: their session was not touched
+    other.close()

@@ -127,6 +127,7 @@ class PostgresStore(SqlStore):
         self._open = False  # BEGIN sent for the current transaction (sent lazily)
         self._journal: list[tuple[str, tuple | list]] = []  # the open transaction's writes
         self._claimed: str | None = None
+        self._session: tuple | None = None  # (backend pid, start) of the claim's session
         self._shared = shared  # a shared claim (controllers of an active/standby pair)
         self._txn = 0  # stamp of the last commit (meta 'txn'), read once the schema exists
         self._no_retry = False  # inside a snapshot: a new connection would see another moment
@@ -213,8 +214,28 @@ class PostgresStore(SqlStore):
 
     def _try_lock(self) -> bool:
         fn = "pg_try_advisory_lock_shared" if self._shared else "pg_try_advisory_lock"
-        row = self._conn.execute(f"SELECT {fn}(%s)", (ADVISORY_KEY,)).fetchone()
+        row = self._conn.execute(f"SELECT {fn}(%s), pg_backend_pid(), backend_start FROM "
+                                 "pg_stat_activity WHERE pid=pg_backend_pid()",
+                                 (ADVISORY_KEY,)).fetchone()
+        if row and row[0]:
+            self._session = (row[1], row[2])  # which server session holds our claim
         return bool(row and row[0])
+
+    def _retake_claim(self) -> bool:
+        """The claim again, on a new session after a lost one. The lost session may still be
+        alive on the server and hold it — the server notices a broken connection only when
+        it next reads or writes it (a COMMIT whose answer was lost: at once; a network cut:
+        at TCP keep-alive) — so that session, recognised by its pid *and* start time (a pid
+        may be reused), is ended first, waiting up to 5 s for it to go. Any other holder is
+        another process: False."""
+        if self._try_lock():
+            return True
+        old = self._session
+        if old is None:
+            return False
+        self._conn.execute("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
+                           "WHERE pid=%s AND backend_start=%s", old)
+        return self._try_lock()
 
     # ---- transactions ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -353,7 +374,7 @@ class PostgresStore(SqlStore):
             self._conn.close()
         self._conn = self._connect()
         self._open = False
-        if self._claimed and not self._try_lock():
+        if self._claimed and not self._retake_claim():
             log.critical("state store taken over by another process while reconnecting")
             raise StoreLost("muster: the state store was claimed by another process while "
                             "the connection was lost")
