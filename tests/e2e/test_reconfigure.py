@@ -18,12 +18,17 @@ import pytest
 from cluster import TEST_USER, private_cluster, start_agent, user_exists, wait_for
 
 
-@pytest.fixture(scope="module")
-def c():
+@pytest.fixture(scope="module", params=["sqlite", "postgres"])
+def c(request):
+    """The cluster, once on each state store (a reconfigure commits node and partition
+    changes: both backends must take them)."""
     if not user_exists(TEST_USER):
         pytest.fail(f"test user {TEST_USER} missing: `useradd -m {TEST_USER}`")
+    extra = ""
+    if request.param == "postgres":
+        extra = f"MusterStateStore={request.getfixturevalue('pg_server').new_db()}"
     with private_cluster("muster-reconf-", nodes=3, gpus=0, cpus=4, mem=8000,
-                         partitions="gpu,debug:1:00:00") as cl:
+                         partitions="gpu,debug:1:00:00", extra_conf=extra) as cl:
         yield cl
 
 
@@ -150,3 +155,32 @@ def test_plain_user_may_not_reconfigure(c):
     assert (r.rc, r.err) == (1, "slurm_reconfigure error: Access/permission denied\n"), r
     r = c.run(["scontrol", "reconfigure", "now"])
     assert r.rc == 1 and "too many arguments for keyword:reconfigure" in r.err
+
+
+def test_health_check_program_is_taken_up_live(c):
+    """HealthCheckProgram/Interval added by ``scontrol reconfigure`` run on the agents at once
+    (no agent restart): a failing check drains the node with its message, a passing one
+    undoes that drain."""
+    hc = os.path.join(c.state_dir, "hc.sh")  # root runs it: not in the world-writable workdir
+    flag = os.path.join(c.state_dir, "hc.fail")
+    with open(hc, "w") as fh:
+        fh.write(f"#!/bin/sh\nif [ -e {flag} ]; then echo \"bad disk on $SLURMD_NODENAME\"; "
+                 "exit 1; fi\nexit 0\n")
+    os.chmod(hc, 0o755)
+    node = sorted(node_names(c))[0]
+    old = edit_conf(c, lambda t: t + f"\nHealthCheckProgram={hc}\nHealthCheckInterval=1\n")
+    try:
+        assert c.run(["scontrol", "reconfigure"]).rc == 0
+        open(flag, "w").close()
+        wait_for(lambda: f"bad disk on {node}" in show(c, "node", node), timeout=20,
+                 what="the new health check draining the node")
+        assert "DRAIN" in field(show(c, "node", node), "State")
+        os.unlink(flag)
+        wait_for(lambda: "DRAIN" not in field(show(c, "node", node), "State"), timeout=20,
+                 what="the passing check undoing its drain")
+    finally:
+        with open(c.conf, "w") as fh:
+            fh.write(old)
+        c.run(["scontrol", "reconfigure"])
+        if os.path.exists(flag):
+            os.unlink(flag)
