@@ -388,3 +388,18 @@ def test_a_claim_taken_while_disconnected_is_never_taken_back(pg_server):
     assert [j["job_id"] for j in other.query_jobs()] == [1]
     other.put_job(_job(3))  # still theirs: their session was not touched
     other.close()
+
+
+def test_request_replies_are_capped_per_user(kind, make_url):
+    """Remembered replies (muster.controller.idempotency) expire by age and are trimmed to
+    each user's newest ``keep_per_uid``; other users' are untouched."""
+    st = open_store(make_url(kind))
+    for i in range(8):
+        st.remember_request(1000, f"r{i}", 100 + i, {"ok": True, "n": i})
+    st.remember_request(2000, "other", 50, {"ok": True})
+    st.remember_request(2000, "old", 10, {"ok": True})
+    st.forget_requests(20, keep_per_uid=3)
+    assert [i for i in range(8) if st.recall_request(1000, f"r{i}")] == [5, 6, 7]
+    assert st.recall_request(2000, "other") == {"ok": True}
+    assert st.recall_request(2000, "old") is None  # expired
+    st.close()

@@ -15,7 +15,10 @@ request id (muster.common.requestid). Invariants:
 * **Ids are per user.** A reply is found only under the uid that made it, so an id seen by
   someone else cannot fetch another user's reply or block their request.
 * Refusals are not recorded: a refused request changed nothing, and its retry is judged
-  afresh. Records expire after KEEP_S (far beyond any client's retry budget).
+  afresh. Records expire after KEEP_S (far beyond any client's retry budget), and a user
+  keeps at most KEEP_PER_UID of them (trimmed each minute, oldest first): a hostile user's
+  flood costs the store a bounded number of rows, and only that user's oldest requests lose
+  their exactly-once answer.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from muster.controller.state import now
 log = logging.getLogger("musterctld")
 
 KEEP_S = 3600
+KEEP_PER_UID = 10_000  # replies kept per user (trimmed every PURGE_EVERY_S)
 PURGE_EVERY_S = 60.0
 ATOMIC = frozenset({"submit"})  # ops whose handler is safe to run inside the outer transaction
 _last_purge: dict[int, float] = {}
@@ -65,4 +69,4 @@ def _remember(store, uid: int, rid: str, reply: object) -> None:
     mono = clock.monotonic()
     if mono - _last_purge.get(id(store), float("-inf")) >= PURGE_EVERY_S:
         _last_purge[id(store)] = mono
-        store.forget_requests(t - KEEP_S)
+        store.forget_requests(t - KEEP_S, KEEP_PER_UID)

@@ -148,7 +148,7 @@ class Store(Protocol):
     def load_job_extra(self) -> dict[int, dict]: ...
     def remember_request(self, uid: int, rid: str, time: int, reply: dict) -> None: ...
     def recall_request(self, uid: int, rid: str) -> dict | None: ...
-    def forget_requests(self, before: int) -> None: ...
+    def forget_requests(self, before: int, keep_per_uid: int | None = None) -> None: ...
     def dump_table(self, table: str,
                    cols: tuple[str, ...] | None = None) -> Iterator[tuple]: ...
     def replace_all(self, version: int, tables: dict[str, list[tuple]]) -> None: ...
@@ -383,8 +383,15 @@ class SqlStore:
         row = self._one("SELECT reply FROM requests WHERE uid=? AND rid=?", (uid, rid))
         return _dec.decode(row[0]) if row else None
 
-    def forget_requests(self, before: int) -> None:
+    def forget_requests(self, before: int, keep_per_uid: int | None = None) -> None:
+        """Drop the replies recorded before ``before``, and beyond each user's newest
+        ``keep_per_uid`` (one user's flood of changing requests never grows the table
+        without bound)."""
         self._write("DELETE FROM requests WHERE time<?", (before,))
+        if keep_per_uid is not None:
+            self._write("DELETE FROM requests WHERE (uid, rid) IN (SELECT uid, rid FROM "
+                        "(SELECT uid, rid, ROW_NUMBER() OVER (PARTITION BY uid ORDER BY time "
+                        "DESC, rid) AS n FROM requests) AS r WHERE r.n > ?)", (keep_per_uid,))
 
     # ---- backup and restore --------------------------------------------------------------
     def dump_table(self, table: str,
