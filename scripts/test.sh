@@ -38,13 +38,14 @@ if [ "$(id -u)" = 0 ]; then
   export MUSTER_REQUIRE_POSTGRES=1  # installed: its tests must run, not skip
   # the container tests run Debian's runc (rootless, as the job's user) on busybox-static
   # images; umoci/skopeo unpack and pull OCI images; uidmap's newuidmap maps the user's own
-  # ids inside (tests/e2e/test_containers.py)
+  # ids inside; squashfs-tools makes and unpacks enroot images (tests/e2e/test_containers.py,
+  # tests/e2e/test_container_squashfs.py)
   if ! command -v runc >/dev/null || ! command -v busybox >/dev/null || \
      ! command -v umoci >/dev/null || ! command -v skopeo >/dev/null || \
-     ! command -v newuidmap >/dev/null; then
+     ! command -v newuidmap >/dev/null || ! command -v mksquashfs >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc busybox-static umoci skopeo \
-      uidmap >/dev/null
+      uidmap squashfs-tools >/dev/null
   fi
   # the identity tests submit as two unprivileged users
   for u in mustertest mustertest2; do

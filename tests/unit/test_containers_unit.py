@@ -323,3 +323,14 @@ def _is_open(fd: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_enroot_environment_lines(tmp_path):
+    """/etc/environment of an enroot image: KEY=VALUE lines, `export` and one level of quotes
+    allowed, the rest skipped."""
+    from muster.agent.imagecache import _enroot_environment
+    p = tmp_path / "environment"
+    p.write_text("# comment\nexport A=1\nB=\"two words\"\nC='x'\n 9BAD=1\nno equals\n"
+                 "D-E=1\nE=\nF=a=b\n")
+    assert _enroot_environment(str(p)) == ["A=1", "B=two words", "C=x", "E=", "F=a=b"]
+    assert _enroot_environment(str(tmp_path / "missing")) == []

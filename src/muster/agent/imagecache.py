@@ -19,7 +19,10 @@ least recently used unused entries go until the total is under the limit.
 
 Unpack tools (well-kept, none hand-written): ``umoci unpack --rootless`` for an OCI image
 layout (a directory with ``oci-layout``, or a tar of one), ``skopeo copy`` first for
-``docker://`` references, ``tar`` for a plain root-filesystem tarball.
+``docker://`` references, ``tar`` for a plain root-filesystem tarball, ``unsquashfs``
+(squashfs-tools) for enroot's squashfs images (``enroot import`` → ``*.sqsh``, what pyxis users
+keep on shared storage), whose environment is enroot's ``/etc/environment`` and whose device
+nodes (a user cannot make them; the runtime provides /dev) are skipped.
 """
 
 from __future__ import annotations
@@ -201,6 +204,8 @@ def _unpack_into(image: str, tmp: str) -> None:
         layout = os.path.join(tmp, ".layout")
         _run(["skopeo", "copy", "--quiet", image, f"oci:{layout}:image"], f"pull {image}")
         return _umoci(layout + ":image", tmp, image)
+    if _is_squashfs(image):
+        return _unsquash(image, tmp)
     if os.path.isdir(image):
         if not os.path.exists(os.path.join(image, "oci-layout")):
             raise CacheError(f"image {image}: a directory image must be an OCI image layout")
@@ -219,6 +224,71 @@ def _unpack_into(image: str, tmp: str) -> None:
     os.mkdir(rootfs)
     _run(["tar", "-xf", image, "-C", rootfs, "--no-same-owner", "--no-same-permissions",
           "--exclude=./dev/*", "--exclude=dev/*"], f"unpack {image}")
+
+
+# unsquashfs's words for a device node it cannot make ("No space left on device" is no such)
+_DEVICE_ERRORS = ("could not create character device", "could not create block device")
+SQUASHFS_MAGIC = b"hsqs"  # little-endian squashfs 4 superblock, as mksquashfs writes it
+
+
+def _is_squashfs(image: str) -> bool:
+    try:
+        with open(image, "rb") as fh:
+            return fh.read(4) == SQUASHFS_MAGIC
+    except OSError:  # a directory, or unreadable: the other branches say why
+        return False
+
+
+def _unsquash(image: str, tmp: str) -> None:
+    """An enroot image: the squashfs unpacked as rootfs/ (device nodes and extended
+    attributes left out: the user cannot make them), and a runtime config holding the
+    environment enroot recorded in /etc/environment."""
+    rootfs = os.path.join(tmp, "rootfs")
+    argv = ["unsquashfs", "-no-progress", "-no-xattrs", "-ignore-errors", "-d", rootfs, image]
+    try:
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=UNPACK_TIMEOUT)
+    except FileNotFoundError:
+        raise CacheError(f"unpack {image}: unsquashfs is not installed (squashfs-tools)") \
+            from None
+    except subprocess.TimeoutExpired:
+        raise CacheError(f"unpack {image}: unsquashfs did not finish in {UNPACK_TIMEOUT} s") \
+            from None
+    # 2: non-fatal errors. Only device nodes may be among them (a user cannot make one; the
+    # runtime gives the container its /dev): any other (a full disk) fails the unpack
+    errors = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    others = [ln for ln in errors if not any(d in ln for d in _DEVICE_ERRORS)]
+    if r.returncode not in (0, 2) or (r.returncode == 2 and others):
+        tail = others[-1:] or [f"unsquashfs exit {r.returncode}"]
+        raise CacheError(f"unpack {image}: {tail[0].strip()}")
+    env = _enroot_environment(os.path.join(rootfs, "etc", "environment"))
+    if not any(e.startswith("PATH=") for e in env):
+        env.insert(0, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    with open(os.path.join(tmp, "config.json"), "w") as fh:
+        json.dump({"process": {"env": env, "cwd": "/"}}, fh)
+
+
+def _enroot_environment(path: str) -> list[str]:
+    """``KEY=VALUE`` lines of an image's /etc/environment (``export`` and one level of
+    quotes allowed, comments and malformed lines skipped), in order."""
+    out: list[str] = []
+    try:
+        with open(path, errors="replace") as fh:
+            lines = fh.read(1 << 20).splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[7:].lstrip()
+        key, eq, value = line.partition("=")
+        if not eq or not key or not (key[0].isalpha() or key[0] == "_") or \
+                not all(c.isalnum() or c == "_" for c in key):
+            continue
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.append(f"{key}={value}")
+    return out
 
 
 def _only_tag(layout: str) -> str:
