@@ -69,3 +69,22 @@ def test_a_corrupt_squashfs_image_fails_the_step_with_the_reason(cc):
                cwd=cc.workdir, timeout=120)
     assert r.rc != 0, r
     assert f"unpack {img}" in r.err, r
+
+
+def test_container_save_round_trips_through_a_squashfs_image(cc):
+    """pyxis's --container-save: a writable container's changes saved as a squashfs image
+    that a later step runs from; a save that cannot be written fails the step."""
+    img = _sqsh(cc, "base", "PATH=/bin\n")
+    saved = os.path.join(cc.workdir, "saved.sqsh")
+    r = cc.run(["srun", "-N1", f"--container-image={img}", "--container-writable",
+                "--container-save=saved.sqsh", "sh", "-c", "echo made-inside >/made"],
+               user=TEST_USER, cwd=cc.workdir, timeout=120)
+    assert r.rc == 0, r
+    with open(saved, "rb") as fh:
+        assert fh.read(4) == b"hsqs"
+    r = cc.run(["srun", "-N1", f"--container-image={saved}", "cat", "/made"],
+               user=TEST_USER, cwd=cc.workdir, timeout=120)
+    assert (r.rc, r.out) == (0, "made-inside\n"), r
+    r = cc.run(["srun", "-N1", f"--container-image={img}", "--container-save=/proc/nope.sqsh",
+                "true"], user=TEST_USER, cwd=cc.workdir, timeout=120)
+    assert r.rc != 0 and "error: container: save /proc/nope.sqsh" in r.err, r

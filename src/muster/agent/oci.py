@@ -29,6 +29,7 @@ and device limits hold inside exactly as outside.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -413,10 +414,38 @@ class _Runner:
             if self.sub is not None:
                 userns.enter(self.uid, self.gid, *self.sub)
             if self.conf.run:
-                return _sh(ociconf.expand(self.conf.run, values, self.argv))
-            return self._create_start(values)
+                status = _sh(ociconf.expand(self.conf.run, values, self.argv))
+            else:
+                status = self._create_start(values)
+            return self._save(cfg["root"]["path"], status)
         finally:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _save(self, rootfs: str, status: int) -> int:
+        """pyxis's ``--container-save``: the root filesystem as it is now, written as a
+        squashfs image (mksquashfs, as enroot exports) by the node's first task, into a
+        temporary name beside the target and renamed over it whole. A failed save fails a
+        task that had succeeded."""
+        target = self.spec.get("save")
+        if not target or self.env.get("SLURM_LOCALID", "0") != "0":
+            return status
+        tmp = f"{target}.{self.node}.{os.getpid()}.tmp"
+        try:
+            r = subprocess.run(["mksquashfs", rootfs, tmp, "-noappend", "-quiet",
+                                "-no-progress", "-no-xattrs"], stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                tail = (r.stderr or r.stdout).strip().splitlines()[-1:]
+                raise ContainerError(tail[0] if tail else f"mksquashfs exit {r.returncode}")
+            os.rename(tmp, target)
+        except (OSError, ContainerError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            sys.stderr.write(f"slurmstepd-{self.node}: error: container: save {target}: "
+                             f"{why}\n")
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return status or 1
+        return status
 
     def _env_file(self, path: str, cfg: dict) -> None:
         mode = self.conf.create_env_file

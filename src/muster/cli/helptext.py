@@ -98,6 +98,8 @@ _JOB = {
     "container-remap-root": ("      --container-remap-root", "show the user as root inside"),
     "no-container-remap-root": ("      --no-container-remap-root", "the user's own ids inside\n"
                                                                    "(the default)"),
+    "container-save": ("      --container-save=PATH", "save the container as a squashfs image\n"
+                                                      "at the end (one per node)"),
     "distribution": ("  -m, --distribution=type", "how task ids are laid out on the nodes\n"
                                                   "(type = block|cyclic|arbitrary)"),
     "mail-type": ("      --mail-type=type", "mail on state changes: NONE, BEGIN, END, FAIL,\n"
@@ -217,7 +219,7 @@ def _job_help(head: str, sections, extra: dict) -> str:
 _CONTAINER = ["container", "container-image", "container-mounts", "container-workdir",
               "container-name", "container-writable", "container-readonly", "container-env",
               "container-mount-home", "no-container-mount-home", "container-remap-root",
-              "no-container-remap-root"]
+              "no-container-remap-root", "container-save"]
 _AFFINITY = ["sockets-per-node", "cores-per-socket", "threads-per-core", "extra-node-info",
              ("", ""), "ntasks-per-core", "ntasks-per-socket"]
 

@@ -770,6 +770,7 @@ _TABLE: list[tuple[str | None, str | tuple[str, ...], int, Handler]] = [
     (None, "no-container-mount-home", NO_ARG, _h_container("no_container_mount_home")),
     (None, "container-remap-root", NO_ARG, _h_container("container_remap_root")),
     (None, "no-container-remap-root", NO_ARG, _h_container("no_container_remap_root")),
+    (None, "container-save", REQUIRED, _h_container("container_save")),
     (None, "contiguous", NO_ARG, _h_const("contiguous", True)),
     (None, "cores-per-socket", REQUIRED, _h_ignore),
     (None, "cpu-freq", REQUIRED, _h_ignore),

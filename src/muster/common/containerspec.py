@@ -13,12 +13,15 @@ it (muster.agent.oci) runs as the job's user and opens every path with the user'
 Keys: ``bundle`` (an OCI bundle directory) or ``image`` (a local image file or directory, or
 ``docker://…``) and/or ``name``; ``mounts`` (list of [src, dst, flags]), ``workdir``,
 ``writable`` (bool, None = default), ``env`` (names whose host value wins over the image's),
-``mount_home`` (bool), ``remap_root`` (bool).
+``mount_home`` (bool), ``remap_root`` (bool), ``save`` (an absolute path: the container
+saved there as a squashfs image when the node's first task ends, pyxis's
+``--container-save``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 
 __all__ = ["ENV", "ContainerSpecError", "MOUNT_FLAGS", "decode", "encode", "from_options",
@@ -77,7 +80,8 @@ def from_options(opts: dict) -> dict | None:
     extras = [k for k in ("container_mounts", "container_workdir", "container_writable",
                           "container_readonly", "container_env", "container_mount_home",
                           "no_container_mount_home", "container_remap_root",
-                          "no_container_remap_root") if opts.get(k) is not None]
+                          "no_container_remap_root", "container_save")
+              if opts.get(k) is not None]
     if bundle is None and image is None and name is None:
         if extras:
             raise ContainerSpecError("--container-image or --container-name is required by "
@@ -112,6 +116,8 @@ def from_options(opts: dict) -> dict | None:
         if not all(_ENVNAME.fullmatch(n) for n in names):
             raise ContainerSpecError(f"invalid --container-env '{opts['container_env']}'")
         spec["env"] = names
+    if opts.get("container_save") is not None:  # relative: to where the command runs
+        spec["save"] = os.path.abspath(_text(opts["container_save"], "--container-save"))
     spec["mount_home"] = bool(opts.get("container_mount_home")) and \
         not opts.get("no_container_mount_home")
     spec["remap_root"] = bool(opts.get("container_remap_root")) and \
@@ -134,9 +140,11 @@ def decode(text: str | None) -> dict | None:
         raise ContainerSpecError(f"invalid {ENV} (not JSON)") from None
     if not isinstance(spec, dict) or not ({"bundle", "image", "name"} & spec.keys()):
         raise ContainerSpecError(f"invalid {ENV}")
-    for key in ("bundle", "image", "name", "workdir"):
+    for key in ("bundle", "image", "name", "workdir", "save"):
         if key in spec:
             _text(spec[key], key)
+    if "save" in spec and not spec["save"].startswith("/"):
+        raise ContainerSpecError(f"invalid {ENV} save")
     mounts = spec.get("mounts") or []
     if not (isinstance(mounts, list) and all(
             isinstance(m, list) and len(m) == 3 and all(isinstance(x, str) for x in m)
