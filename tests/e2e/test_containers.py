@@ -169,6 +169,41 @@ def test_named_container_is_reused_by_a_later_step(cc, image):
              what="the job's named containers removed")
 
 
+def _named_on(jid: int) -> list[str]:
+    """The nodes that hold named containers of job ``jid`` (the test user's node dirs)."""
+    jobs = f"/tmp/muster-oci-{pwd.getpwnam(TEST_USER).pw_uid}/jobs"
+    return sorted(n.rsplit(".", 1)[0] for n in os.listdir(jobs) if n.endswith(f".{jid}"))
+
+
+def test_named_containers_go_on_every_node_of_a_batch_job(cc, image):
+    """A 2-node batch job whose steps make a named container on both nodes ends by itself,
+    with no Epilog configured: its batch host saw its script end, and the other node hears
+    the end from the controller (the end-of-job message); both remove the containers."""
+    script = (f"#!/bin/sh\nsrun -N2 --ntasks-per-node=1 --container-image={image} "
+              "--container-name=both sh -c 'echo $SLURM_NODEID > /where'\n"
+              "srun -N2 --ntasks-per-node=1 sh -c 'test -d /tmp/muster-oci-$(id -u)/jobs/"
+              "$SLURMD_NODENAME.$SLURM_JOB_ID/both && echo present'\n")
+    out = os.path.join(cc.workdir, "named2.out")
+    jid = cc.sbatch("-N2", "-o", out, user=TEST_USER, cwd=cc.workdir, input=script)
+    assert cc.wait_done(jid, timeout=120) == "COMPLETED", read(out)
+    assert read(out).split() == ["present", "present"], read(out)
+    wait_for(lambda: not _named_on(jid), timeout=30,
+             what=f"job {jid}'s named containers removed on both nodes")
+
+
+def test_named_containers_go_on_every_node_of_an_srun_allocation(cc, image):
+    """srun -N2 as its own allocation (no batch host): when it ends, every node hears it."""
+    r = cc.run(["srun", "-N2", "--ntasks-per-node=1", f"--container-image={image}",
+                "--container-name=both", "sh", "-c",
+                "echo $SLURM_JOB_ID; echo kept > /state; cat /state"],
+               user=TEST_USER, cwd=cc.workdir, timeout=90)
+    assert r.rc == 0, r
+    jid = int(r.out.split()[0])
+    assert sorted(r.out.split()) == sorted([str(jid), "kept"] * 2), r
+    wait_for(lambda: not _named_on(jid), timeout=30,
+             what=f"job {jid}'s named containers removed on both nodes")
+
+
 def test_memory_limit_holds_inside_the_container(cc, image):
     alloc = "x = bytearray(400 << 20); print('allocated')"
     r = cc.run(["srun", "-N1", "--mem=100M", f"--container-image={image}",

@@ -202,3 +202,60 @@ def test_same_events_same_decisions(make_inproc):
     first, second = _scenario(make_inproc()), _scenario(make_inproc())
     assert first == second
     assert any(r[1] == "CANCELLED" for r in first[1])
+
+
+def _ends(ip, job_id: int) -> dict[str, list[int]]:
+    """Per node: the runs of ``job_id`` it was sent the end-of-job message (op ``epilog``) for."""
+    return {name: [m["run"] for m in a.ops("epilog", job_id)] for name, a in ip.agents.items()}
+
+
+def test_every_node_of_a_job_hears_its_end_without_an_epilog(ip):
+    """No Prolog/Epilog configured: a 2-node batch job that ends by itself still has its other
+    node told, once (the batch host saw its script end); an srun/salloc allocation, which has
+    no batch host, tells both."""
+    jid = ip.submit(ntasks=2, nodes_min=2)
+    ip.settle()
+    host = ip.job(jid).batch_host
+    other = next(n for n in ip.agents if n != host)
+    assert _ends(ip, jid) == {host: [], other: []}
+    ip.end(jid)
+    ip.settle()
+    assert ip.job(jid).state == "COMPLETED"
+    assert _ends(ip, jid) == {host: [], other: [0]}
+    assert ip.agents[other].ops("epilog", jid)[0]["uid"] == ip.uid  # the cleanup's user
+    reply = ip.request("allocate", job={"ntasks": 2, "nodes_min": 2, "time_limit": 5,
+                                        "work_dir": "/tmp", "name": "alloc"}, lease=False)
+    alloc = reply["job_id"]
+    ip.settle()
+    assert ip.job(alloc).state == "RUNNING" and _ends(ip, alloc) == {"n1": [], "n2": []}
+    assert ip.request("release_alloc", job_id=alloc, exit_code=0, signal=0)["ok"]
+    assert ip.job(alloc).state == "COMPLETED"
+    assert _ends(ip, alloc) == {"n1": [0], "n2": [0]}
+
+
+def test_a_node_away_hears_the_end_when_it_comes_back(ip):
+    """The end-of-job message to a node whose agent is away waits in the outbox."""
+    jid = ip.submit(ntasks=2, nodes_min=2)
+    ip.settle()
+    other = next(n for n in ip.agents if n != ip.job(jid).batch_host)
+    ip.disconnect(other)
+    ip.end(jid)
+    assert ip.job(jid).state == "COMPLETED"
+    assert _ends(ip, jid)[other] == []
+    assert [m["op"] for m in ip.ctl.outbox[other]] == ["epilog"]
+    ip.connect(other)
+    assert _ends(ip, jid)[other] == [0] and other not in ip.ctl.outbox
+
+
+def test_with_an_epilog_every_node_including_the_batch_host_hears_the_end(make_inproc):
+    """With an Epilog each node runs it, the batch host too, and holds its share of the job
+    until it reports (the same message: the Epilog request is the end-of-job message)."""
+    ip = make_inproc("Epilog=/nonexistent/epilog\n")
+    jid = ip.submit(ntasks=2, nodes_min=2)
+    ip.settle()
+    ip.end(jid)
+    assert _ends(ip, jid) == {"n1": [0], "n2": [0]}
+    assert all(jid in ip.ctl.state.nodes[n].completing_jobs for n in ("n1", "n2"))
+    for n in ("n1", "n2"):
+        ip.report(n, {"op": "epilog_done", "job_id": jid, "run": 0, "ok": True})
+    assert not any(jid in ip.ctl.state.nodes[n].completing_jobs for n in ("n1", "n2"))

@@ -336,14 +336,24 @@ class Agent:
         elif op == "prolog":
             self.scripts.on_prolog_request(msg)
         elif op == "epilog":
-            self.oci_jobs.ended(msg["job_id"], busy=msg["job_id"] in self._running_jobs())
-            self.scripts.on_epilog_request(msg)
+            self.job_over(msg)
         elif op == "ack_script":
             self.scripts.ack(msg)
         elif op == "reconfigure":
             self.reconfigure()
         else:
             log.warning("unknown message %r", op)
+
+    def job_over(self, msg: dict) -> None:
+        """The controller's end-of-job message (op ``epilog``, muster.controller.prologs):
+        every node of the allocation gets it when the run's resources are released, Epilog
+        or not. The job is over on this node: its named containers go once nothing of it
+        runs here, and its prolog is forgotten and its Epilog run (muster.agent.prolog).
+        Idempotent: a repeat, or one after a ``terminate``, changes nothing more. The rest
+        of a job's state here ends with its processes (cgroup, CPU slots) or with the
+        controller's acknowledgements (spool directories), on every node alike."""
+        self.oci_jobs.ended(msg["job_id"], busy=msg["job_id"] in self._running_jobs())
+        self.scripts.on_epilog_request(msg)
 
     def reconfigure(self) -> bool:
         """``scontrol reconfigure``: re-read slurm.conf, gres.conf and cgroup.conf for the
@@ -359,14 +369,30 @@ class Agent:
         if self.name not in cfg.nodes:
             log.info("%s: no longer in %s; serving the jobs still here", self.name, cfg.path)
             return False
+        health = (self.cfg.health_check_program, self.cfg.health_check_interval)
         self.cfg, self.node = cfg, cfg.nodes[self.name]
         self.acct = {"freq": acctgather.parse_frequency(cfg.job_acct_gather_frequency)} \
             if acctgather.enabled(cfg) else None
         self.scripts.configure(cfg)
         if self.confine is not None:
             self.confine.reconfigure(cfg)
+        if health != (cfg.health_check_program, cfg.health_check_interval):
+            self._health_check_changed()
         log.info("%s: reconfigured from %s", self.name, cfg.path)
         return True
+
+    def _health_check_changed(self) -> None:
+        """HealthCheckProgram/Interval as configured now: the loop is restarted with the new
+        ones (its first run at once), or stopped when none is configured any more."""
+        if self._hc is not None:
+            self._hc.cancel()
+            self._hc = None
+        self._start_health_check()
+
+    def _start_health_check(self) -> None:
+        if self.cfg.health_check_program and self.cfg.health_check_interval > 0 and \
+                self._hc is None and self.link is not None:
+            self._hc = asyncio.create_task(self._health_loop())
 
     def removed(self) -> bool:
         """Is this node gone from slurm.conf (as it reads now)? Asked when the controller
@@ -768,8 +794,7 @@ class Agent:
             hb = asyncio.create_task(self._heartbeat())
             if self.acct and self.acct["freq"]:
                 hb.add_done_callback(_cancel_with(asyncio.create_task(self._usage_loop())))
-            if self.cfg.health_check_program and self.cfg.health_check_interval > 0 and not self._hc:
-                self._hc = asyncio.create_task(self._health_loop())
+            self._start_health_check()
             while True:
                 msg = await link.recv()
                 if msg is None:

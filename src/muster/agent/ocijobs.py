@@ -8,10 +8,14 @@ by ``python -m muster.agent.oci --cleanup NODE JOB`` started *as the user*: the 
 
 When the job is over here: its batch script ended (this is its batch node), the
 controller terminated the whole job here (cancel, time limit, requeue, node failure), or
-asked for its Epilog — and nothing of it still runs here. Between the steps of an
-allocation none of these happens, so the containers stay for its next step. What this
-cannot see — a job's other nodes when it ends normally without an Epilog configured — is
-left in the user's /tmp directory.
+sent its end-of-job message (op ``epilog``: every node of the allocation gets it when the
+job's resources are released, whether or not an Epilog is configured; only a batch job's
+batch host is spared it when no node script is configured, having seen the end itself) —
+and nothing of it still runs here. So every node of a job removes its containers, however
+the job ends; a node that is away when the job ends does so when it is back (the message
+waits in the controller's outbox). Between the steps of an allocation none of these
+happens, so the containers stay for its next step. What is still left in the user's /tmp
+directory: the containers of jobs noted before an agent restart (this table is in memory).
 """
 
 from __future__ import annotations

@@ -20,12 +20,25 @@ Failures (Slurm's prolog_epilog guide and slurmd's ``_launch_job_fail``):
   * a node Epilog: the node is drained with reason ``Epilog error``;
   * EpilogSlurmctld: logged only.
 
-At a job's end (:meth:`Prologs.job_released`, called by ``ClusterState.release``) every node of
-the allocation gets the ``epilog`` op (it also lets the node forget the job's prolog); with an
-Epilog configured the job's resources on a node stay taken — the node shows COMPLETING — until
-that node reports its epilog done. Such holds live in memory: after a controller restart the
-nodes are free at once. A hold on a node that goes DOWN is dropped; the request is repeated
-every EPILOG_RESEND_S while the node is up and silent about it.
+At a job's end (:meth:`Prologs.job_released`, called by ``ClusterState.release``, the one place
+a run's resources are given back) every node of the allocation hears it: the ``epilog`` op is
+the end-of-job message (Slurm's REQUEST_TERMINATE_JOB, less the kill, which the ``terminate``
+op does), sent whether or not an Epilog is configured. On it the node treats the job as over
+there: it removes the job's named containers (muster.agent.ocijobs), forgets the job's prolog
+and runs its Epilog if it has one. The one node spared is a batch job's batch host when no
+node script is configured: it saw the job end itself (its script ended, or it was sent the
+terminate), so a single-node batch job costs no extra message. A node that was also sent a
+``terminate`` for this run still gets it: that terminate may have waited in an outbox that a
+controller restart lost, and a second end is a no-op on the node. To a node that is away the
+message waits in the outbox like any other. No protocol bump: the op is as old as node
+Epilogs (issue 14), so an older agent that knows it acts the same (less the container cleanup
+if it predates issue 18), and one older than the op logs it as unknown and drops it — no worse
+than the nothing it was sent before.
+
+With an Epilog configured the job's resources on a node stay taken — the node shows
+COMPLETING — until that node reports its epilog done. Such holds live in memory: after a
+controller restart the nodes are free at once. A hold on a node that goes DOWN is dropped; the
+request is repeated every EPILOG_RESEND_S while the node is up and silent about it.
 """
 
 from __future__ import annotations
@@ -255,18 +268,14 @@ class Prologs:
 
     # ---- end ------------------------------------------------------------------------------
     def job_released(self, job, allocs: list[NodeAlloc]) -> None:
-        """``ClusterState.release`` gave back the job's resources on ``allocs``' nodes: run
-        the Epilog there (holding those resources until it is done) and EpilogSlurmctld."""
+        """``ClusterState.release`` gave back the job's resources on ``allocs``' nodes: each
+        of them hears the job's end (:meth:`end_on`), and EpilogSlurmctld runs."""
         gate = self.gates.get(job.job_id)
         if gate is not None and gate["run"] == job.restarts:
             del self.gates[job.job_id]
-        if self.node_scripts:
-            for a in allocs:
-                msg = {"op": "epilog", "job_id": job.job_id, "run": job.restarts, "uid": job.uid,
-                       "gid": job.gid, "prolog_env": self.node_env(job, a.node)}
-                self.ctl.send_to_node(a.node, msg)
-                if self.cfg.epilog:
-                    self._hold(job.job_id, job.restarts, a, msg)
+        for a in allocs:
+            if self.node_scripts or not (job.batch and a.node == job.batch_host):
+                self.end_on(job, a)
         if self.cfg.epilog_slurmctld:
             env = self.ctld_env(job, "epilog_slurmctld")
             try:
@@ -275,6 +284,15 @@ class Prologs:
                 return
             # the caller settles the job's final state right after releasing it
             loop.call_soon(self._epilog_ctld_now, job.job_id, job.restarts, env)
+
+    def end_on(self, job, a: NodeAlloc) -> None:
+        """The end-of-job message (module doc) to ``a``'s node for the job's current run; with
+        an Epilog configured, ``a``'s resources stay held there until the node reports it."""
+        msg = {"op": "epilog", "job_id": job.job_id, "run": job.restarts, "uid": job.uid,
+               "gid": job.gid, "prolog_env": self.node_env(job, a.node)}
+        self.ctl.send_to_node(a.node, msg)
+        if self.cfg.epilog:
+            self._hold(job.job_id, job.restarts, a, msg)
 
     def _epilog_ctld_now(self, job_id: int, run: int, env: dict) -> None:
         job = self.ctl.state.jobs.get(job_id)
