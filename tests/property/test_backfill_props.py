@@ -2,7 +2,7 @@
 
 * no CPU/GPU/memory oversubscription at any time of the plan's timeline;
 * a reserved job starts no later than promised when every job ends exactly at its limit
-  (the plan is run forward cycle by cycle);
+  (the plan is run forward cycle by cycle), node ranges (``-N a-b``) that grow included;
 * same snapshot → same plan, whatever the input order;
 * Fair Tree ranks agree with a slow reference (lexicographic LevelFS paths).
 """
@@ -62,6 +62,8 @@ def clusters(draw, max_jobs=6):
         jobs.append(JobView(
             job_id=j, priority=100 - j, submit_time=0, partitions=("p",),
             nodes_min=draw(st.integers(1, 2)) if shape != "pack" else 1,
+            # a node range grows at a start now: it must still delay no reservation
+            nodes_max=draw(st.sampled_from([None, None, 2, 4])),
             cpus_per_task=draw(st.integers(1, 3)),
             mem_per_node=draw(st.sampled_from([None, 100, 400])),
             exclusive=draw(st.booleans()) if shape == "node" else False,

@@ -33,7 +33,10 @@ _JOB_ONLY = "a job option: applies when srun creates the allocation"
 # long option name -> (status, note) for every command, or {command: (status, note)}
 STATUS: dict[str, object] = {
     # ---- job shape and placement -------------------------------------------------------------
-    "nodes": (H, ""), "ntasks": (H, ""), "ntasks-per-node": (H, ""),
+    "nodes": (H, "a range min-max gets as many nodes as are free at start, up to max (one task "
+                 "each without -n); backfill plans it with min and grows it only onto nodes no "
+                 "reservation needs; a --contiguous range takes min"),
+    "ntasks": (H, ""), "ntasks-per-node": (H, ""),
     "cpus-per-task": (H, ""), "cpus-per-gpu": (H, "CPUs per node = max(tasks × cpus-per-task, "
                                                    "GPUs × cpus-per-gpu); DefCpuPerGPU applies "
                                                    "when neither is given"),
@@ -101,8 +104,9 @@ STATUS: dict[str, object] = {
     "gres-flags": (W, "no CPU-GPU affinity"), "mem-bind": (W, "no NUMA memory binding"),
     "tmp": (H, "a node serves the job only with TmpDisk (slurm.conf, default 0) at least "
                "that large; more than every node has is refused"),
-    "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "nodes are chosen "
-                                                                         "best-fit"),
+    "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "a node range always "
+                                                                         "takes as many nodes "
+                                                                         "as are free"),
     "switches": (H, "with TopologyPlugin=topology/tree|block: at most N leaf switches (blocks), "
                     "waited for up to the time given (default max_switch_wait, 300 s); "
                     "without one it changes nothing"),
@@ -147,6 +151,8 @@ STATUS: dict[str, object] = {
     "container-remap-root": (H, "the user shows as root inside (the user on the host)"),
     "no-container-remap-root": (H, "the default: the user's own ids inside (needs "
                                    "/etc/subuid and /etc/subgid entries)"),
+    "container-save": (H, "pyxis: the container's root filesystem saved as a squashfs image "
+                          "(mksquashfs) when the task ends, by each node's first task"),
     "acctg-freq": (I, "no accounting sampling"), "delay-boot": (I, "nodes are never booted"),
     "wait-all-nodes": (I, "nodes are up before a job starts"),
     "ignore-pbs": (I, "#PBS lines are comments to Muster"),

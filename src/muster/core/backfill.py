@@ -25,6 +25,10 @@ Contract:
   reservation the estimate is still reported (informational). Beyond the window: none.
 * Because every start and reservation is carved out of the same profile, a job starts
   now only if it delays no reservation made before it (given accurate limits).
+* A node range (``-N min-max``, ``Request.grow``): the search, the expected start and the
+  reservation use the minimum (it can start earliest); a start now then grows onto the
+  candidates that are free in the profile for its whole planned run, up to ``nodes_max``
+  (``_Pass.widen``), so the extra nodes are never ones an earlier reservation plans on.
 * Advance reservations: their nodes are blocked for ``[start, end)`` in the shared
   profile; a job that names one is planned on a separate profile of the reserved nodes
   that is open only inside the window, with ``d`` capped at the window's end.
@@ -186,6 +190,47 @@ class _Planner:
         return T, lambda: _direct(job, rq, shape, tl, sorted(ps), T, d)
 
 
+    def grower(self, job: JobView, rq: Request, ck: Hashable, cands: list[int], d: int,
+               alloc: Allocation) -> Callable[[int], Allocation | None]:
+        """``place(k)`` for a node range starting now: the allocation of the most
+        candidates, at most ``k``, each holding its unit for ``[now, now + d)`` in the
+        profile; None when no more nodes than ``alloc`` (its minimum, as planned) fit.
+
+        A per-node shape (:func:`plan_shape`; no ``-w``, ``-n``, ``--gpus``, counted
+        constraint or ``--contiguous``): :meth:`Timeline.earliest` at ``now`` for a node
+        count, bisected (``k`` nodes that fit now mean fewer do too), on the search heaps
+        the planner already keeps, so a start costs a few heap queries, not a pass over the
+        nodes; under a topology its fewest-leaves selection picks them. Anything else:
+        placement on every candidate's window with ``alloc``'s nodes required."""
+        tl, now, floor, topo = self.tl, self.now, len(alloc.nodes), self.topo
+        shaped = None
+        if not (job.req_nodes or rq.contig or rq.tasks_mode == "pack" or rq.gpu_mode == "total"
+                or (job.constraint is not None and not job.constraint.simple)):
+            shaped = plan_shape(replace(rq, grow=False), self.maxn[ck])
+        if shaped is None:
+            views = tl.window_views(cands, now, d)
+            pinned = replace(job, req_nodes=job.req_nodes | frozenset(alloc.node_names))
+
+            def general(k: int) -> Allocation | None:
+                got = place_request(pinned, replace(rq, hi=k), views)
+                return got if got is not None and len(got.nodes) > floor else None
+            return general
+        shape = shaped[0]
+
+        def by_shape(k: int) -> Allocation | None:
+            best, a, b = None, floor + 1, k
+            while a <= b:
+                m = (a + b) // 2
+                sel = None if topo is None else (
+                    lambda T, fitting, m=m: topo.select(m, fitting, None))
+                got = tl.earliest(ck, cands, shape, d, m, now, sel)
+                if got is not None and got[0] == now:
+                    best, a = got[1], m + 1
+                else:
+                    b = m - 1
+            return None if best is None else _direct(job, rq, shape, tl, sorted(best), now, d)
+        return by_shape
+
     def _switch_deadline(self, job: JobView, cfg: SchedConfig) -> int:
         """Until when ``--switches=N`` holds (0: no cap): eligible (else submit) time plus
         its own wait, else ``max_switch_wait``."""
@@ -340,12 +385,15 @@ class _Pass:
         later start, or None (never inside the horizon, or stopped by the start limit)."""
         now, res, limit, cfg = self.now, self.res, self.cfg.max_jobs_to_start, self.cfg
         pos, blocked_parts, blocked_nodes = self.tl.pos, self.blocked_parts, self.blocked_nodes
+        plan = replace(rq, grow=False) if rq.grow else rq  # planned with its minimum
         found = None
         while remaining and not (limit and len(res.starts) >= limit):
-            found = planner.find(job, rq, ck, cands, d, hz, cfg)
+            found = planner.find(job, plan, ck, cands, d, hz, cfg)
             if found is None or found[0] != now:
                 break
             alloc = found[1]()
+            if rq.grow:
+                alloc = self.widen(planner, job, pname, rq, alloc, ck, cands, d)
             ptl = planner.tl
             run_limit = None
             if job.time_min:
@@ -360,6 +408,30 @@ class _Pass:
             remaining -= 1
             found = None
         return remaining, found
+
+    def widen(self, planner: _Planner, job: JobView, pname: str, rq: Request,
+              alloc: Allocation, ck: Hashable, cands: list[int], d: int) -> Allocation:
+        """A job with a node range that starts now: instead of ``alloc`` (its minimum, as
+        planned) the most candidates, up to ``nodes_max``, that each hold its unit for all of
+        ``[now, now + d)`` in the profile (:meth:`_Planner.grower`).
+
+        Why no reservation is delayed: the profile already holds every reservation made
+        before this entry (and the advance reservations), and a node's window is free only
+        where nothing reserved touches it during the job's whole planned run, so an extra
+        node is one no earlier reservation plans on while the job runs: the same test that
+        lets any job start now. (A ``--time-min`` job's limit is then granted from the gap
+        of every node, extras included.) Without ``cfg.backfill`` the hidden nodes of blocked
+        partitions are not among ``cands``. Kept at ``alloc``: ``--switches`` under a
+        topology (extra nodes could cross a switch the cap forbids). Within QOS/association
+        limits: the most nodes they allow (:meth:`LimitChecker.widest`)."""
+        if job.switches and planner.topo is not None:
+            return alloc
+        place = planner.grower(job, rq, ck, cands, d, alloc)
+        got = place(rq.hi or len(alloc.nodes))
+        if got is None:
+            return alloc
+        got = self.limits.widest(job, pname, got, len(alloc.nodes), place)
+        return alloc if got is None else got
 
     def waits(self, job: JobView, pname: str, cands: list[int]) -> None:
         """An entry of the shared profile waits: its partition is blocked (later starts there
@@ -379,8 +451,11 @@ class _Pass:
                 found: tuple[int, Callable[[], Allocation]]) -> int:
         """A waiting job's expected start; while fewer than ``bf_depth`` reservations exist
         (and its QOS may reserve), also reserve its resources for ``[T, T + d)`` rounded up
-        to ``bf_resolution`` (``T`` then the earliest start of that whole window)."""
+        to ``bf_resolution`` (``T`` then the earliest start of that whole window). A node
+        range reserves its minimum (``found`` was searched with it, as in :meth:`start_now`)."""
         T, make = found
+        if rq.grow:
+            rq = replace(rq, grow=False)
         if (self.depth is None or self.reserved < self.depth) and not self.limits.no_reserve(job):
             # the reservation holds [T, T+d) rounded up to bf_resolution: it must fit for
             # that whole window, or it would overlap a later reservation made before it

@@ -21,7 +21,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from .placement import Allocation, Request
 from .snapshot import (AssocView, JobView, NodeAlloc, PartitionView, QosView, SchedConfig,
@@ -194,6 +194,21 @@ class LimitChecker:
             part = self.parts.get(partition)
             self._charge(job.user, job.account, job.qos, part.qos if part else None,
                          alloc_tres(alloc.nodes))
+
+    def widest(self, job: JobView, partition: str, alloc: Allocation, floor: int,
+               place: Callable[[int], Allocation | None]) -> Allocation | None:
+        """A job with a node range, placed grown (``alloc``), within the limits: ``alloc``
+        itself if it is, else the first of ``place(k)`` (at most ``k`` nodes) for ``k`` from
+        one node fewer down to ``floor + 1`` that is; None when none is (the caller then
+        starts the job's minimum, which :meth:`check` passed). Slurm caps a range's
+        maximum by the job's node and TRES limits the same way: as many nodes as allowed."""
+        if not self.on or self.check(job, partition, alloc_tres(alloc.nodes)) is None:
+            return alloc
+        for k in range(len(alloc.nodes) - 1, floor, -1):
+            got = place(k)
+            if got is not None and self.check(job, partition, alloc_tres(got.nodes)) is None:
+                return got
+        return None
 
     def check(self, job: JobView, partition: str, tres: Mapping[str, int]) -> str | None:
         """The reason the job may not start now because of a limit, or None."""

@@ -12,6 +12,16 @@ Semantics (CPUs are the allocation unit, memory is consumable):
   ``nodes_min`` nodes (more only if ``-w`` names more). With ``-n``: tasks are packed on as
   few nodes as possible, at least ``nodes_min``, at most ``nodes_max``, with
   ``--ntasks-per-node`` as a per-node maximum; every node gets at least one task.
+* A node *range* (``-N min-max``, ``nodes_max > nodes_min``: :attr:`Request.grow`) takes
+  as many nodes as fit now, up to ``nodes_max`` (Slurm: "allocated as many nodes as
+  possible within the range"), never fewer than the rules above give: the nodes those
+  rules choose, then the best-fit nodes (``node_key``) among the rest that fit one unit.
+  Without ``-n`` each node runs one task (or ``--ntasks-per-node``); with ``-n`` (or
+  ``--gpus``) at most one node per task (per GPU) and the tasks are balanced over the
+  nodes as for ``-N k -n t``. Growth never turns a fit into a misfit: a request that fits
+  its minimum fits grown. A contiguous request does not grow (its window stays the
+  shortest). The backfill planner plans with the minimum (``grow`` off) and grows only
+  at a start now (:mod:`muster.core.backfill`).
 * Memory per node, first rule that applies: ``mem_per_node`` (0 = all memory of the node,
   which needs the node's memory untouched), ``mem_per_cpu`` × CPUs, ``mem_per_gpu`` × GPUs
   (GPU jobs only), then the config defaults in the order DefMemPerGPU (GPU jobs),
@@ -116,7 +126,9 @@ class Request:
     ``cpg``: CPUs per GPU for ``"node"``/``"total"`` GPU modes (with ``"task"`` it is folded
     into ``cpt``: each task needs ``max(cpt, gpus × cpg)`` CPUs), 0 = none.
     ``min_cpus``: CPUs each node must have free and gives the job (``--mincpus``), 0 = none;
-    ``contig``: the nodes must be consecutive (``--contiguous``).
+    ``contig``: the nodes must be consecutive (``--contiguous``); ``grow``: the job gave a
+    node range, so it takes as many nodes as fit, up to ``hi`` (module doc); planners that
+    must not over-reserve turn it off (``replace(rq, grow=False)``).
     """
 
     cpt: int
@@ -135,6 +147,7 @@ class Request:
     min_cpus: int = 0
     contig: bool = False
     min_tmp: int = 0  # --tmp: a node serves only with TmpDisk >= this (not consumed)
+    grow: bool = False  # a node range (hi > lo): take up to ``hi`` nodes where they fit
 
     def node_cpus(self, tasks: int, gpus: int) -> int:
         """CPUs a node with ``tasks`` tasks and ``gpus`` GPUs of this request gets."""
@@ -218,6 +231,7 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
         mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
         min_cpus=max(0, job.min_cpus), contig=job.contiguous, min_tmp=max(0, job.min_tmp),
+        grow=hi is not None and hi > lo,
     )
 
 
@@ -400,9 +414,13 @@ def _take_counted(alt: Alternative, required: list[Candidate], others: list[Cand
 
 def _choose_fixed(rq: Request, required: list[Candidate], others: list[Candidate]
                   ) -> list[Candidate] | None:
+    """A per-node shape: the ``-w`` nodes, then the best-fit others up to ``nodes_min``
+    nodes; a node range (``grow``) takes every fitting node up to ``nodes_max``."""
     k = max(rq.lo, len(required))
     if rq.hi is not None and k > rq.hi:
         return None
+    if rq.grow and rq.hi is not None:
+        k = max(k, min(rq.hi, len(required) + len(others)))
     extra = k - len(required)
     if extra > len(others):
         return None
@@ -410,6 +428,27 @@ def _choose_fixed(rq: Request, required: list[Candidate], others: list[Candidate
 
 
 def _choose_pack(rq: Request, required: list[Candidate], others: list[Candidate]
+                 ) -> list[Candidate] | None:
+    """A packing request: the fewest nodes that hold it (:func:`_pack_fewest`); a node range
+    (``grow``) then adds the best-fit others up to ``nodes_max``, one node per task (per GPU
+    for ``--gpus``) at most, so every node still gets one."""
+    chosen = _pack_fewest(rq, required, others)
+    if chosen is None or not rq.grow or rq.hi is None:
+        return chosen
+    cap = rq.hi
+    if rq.tasks_mode == "pack":
+        cap = min(cap, rq.ntasks)
+    if rq.gpu_mode == "total":
+        cap = min(cap, rq.gpus)
+    extra = cap - len(chosen)
+    if extra <= 0:
+        return chosen
+    have = {e[1].index for e in chosen}
+    rest = [e for e in others if e[1].index not in have]
+    return chosen + heapq.nsmallest(extra, rest, key=lambda e: e[0])
+
+
+def _pack_fewest(rq: Request, required: list[Candidate], others: list[Candidate]
                  ) -> list[Candidate] | None:
     pack_t = rq.tasks_mode == "pack"
     pack_g = rq.gpu_mode == "total"
@@ -560,7 +599,7 @@ def _balance(total: int, caps: list[int]) -> list[int] | None:
 def _build(job: JobView, rq: Request, chosen: list[Candidate]) -> Allocation | None:
     if rq.tasks_mode == "pack":
         caps = [e[2] for e in chosen]
-        if job.nodes_min > 1 and len(chosen) == job.nodes_min:
+        if rq.grow or (job.nodes_min > 1 and len(chosen) == job.nodes_min):
             tasks = _balance(rq.ntasks, caps)
         else:
             tasks = _spread(rq.ntasks, caps)
@@ -616,9 +655,11 @@ def first_fit(
     node index to its view; nodes named in ``skip`` are not used. Valid only for a job
     without ``-w`` whose constraint, if any, is a plain node filter (``Constraint.simple``).
     A fixed-shape request (no ``-n``, no ``--gpus``) gets exactly what ``place_request``
-    returns: the first ``nodes_min`` nodes in key order that fit. A
+    returns: the first ``nodes_min`` nodes in key order that fit (with a node range, the
+    first ``nodes_max``, or all of them if fewer but at least ``nodes_min`` fit). A
     packing request (only with ``nodes_min <= 1``) gets the answer when one node holds it
-    all; None then means "no single node": the caller must try :func:`place_request`.
+    all; None then means "no single node": the caller must try :func:`place_request`
+    (always None for a packing request with a node range: it may want more nodes).
 
     Lower bounds on free GPUs, CPUs and memory let the scan jump over whole groups of
     keys with bisection, so a typical search costs O(groups · log nodes), not O(nodes).
@@ -640,6 +681,10 @@ def first_fit(
     want = rq.lo if fixed else 1
     if rq.hi is not None and want > rq.hi:
         return None
+    if rq.grow and rq.hi is not None:
+        if not fixed:
+            return None
+        want = rq.hi
     if rq.contig and want > 1:
         return place_request(job, rq, [n for k in keys if (n := lookup(k[4])).name not in skip])
     found: list[Candidate] = []
@@ -667,6 +712,8 @@ def first_fit(
         found.append((keys[i - 1], n, cap[0], cap[1]))
         if len(found) == want:
             return _build(job, rq, found)
+    if rq.grow and len(found) >= rq.lo:
+        return _build(job, rq, found)
     return None
 
 

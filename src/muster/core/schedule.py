@@ -19,7 +19,9 @@ Pipeline:
    (``Priority``) and which nodes are hidden from the rest of the pass. Otherwise the job is
    placed (:mod:`muster.core.placement`) on the partition's usable, not hidden nodes;
    each start consumes resources in the cycle's working copy, so later entries see it.
-   An array (``max_starts = k``) starts up to ``k`` identical tasks at its entry.
+   An array (``max_starts = k``) starts up to ``k`` identical tasks at its entry. A node
+   range (``-N a-b``) takes as many not hidden nodes as fit, up to ``b`` and as far as its
+   limits allow; backfill plans it with ``a`` (:mod:`muster.core.backfill`).
 4. **Classify** a failure: a ``-w`` node unusable or not in the partition →
    ``ReqNodeNotAvail``; the job could never fit the partition even empty →
    ``PartitionNodeLimit`` (too many nodes) or ``PartitionConfig`` (shape); it could fit only
@@ -283,9 +285,12 @@ class _Pool:
         return out
 
     def place(self, job: JobView, rq: Request, part: str, hidden: Set[str]) -> Allocation | None:
+        """Place on the partition's usable nodes not in ``hidden`` (the nodes of partitions
+        blocked by a waiting job): a job with a node range grows only onto nodes no earlier
+        waiting entry blocks, so it never takes what the main scheduler keeps for them."""
         fixed = rq.tasks_mode != "pack" and rq.gpu_mode != "total"
         filtered = job.constraint is None or job.constraint.simple
-        if not job.req_nodes and filtered and (fixed or rq.lo <= 1):
+        if not job.req_nodes and filtered and (fixed or (rq.lo <= 1 and not rq.grow)):
             placed = first_fit(job, rq, self.keys[part], self.lookup, hidden)
             if placed is not None or fixed:
                 return placed
@@ -524,6 +529,8 @@ def _main_pass(entries: list[Entry], parts: dict[str, PartitionView], cfg: Sched
             placed = pool.place(job, rq, pname, policy.hidden())
             if placed is None:
                 break
+            if rq.grow and limits.on:
+                placed = _within_limits(job, pname, rq, placed, pool, policy, limits)
             starts.append(Start(job_id=jid, partition=pname, allocation=placed))
             pool.consume(placed)
             limits.charge(job, pname, placed)
@@ -538,6 +545,19 @@ def _main_pass(entries: list[Entry], parts: dict[str, PartitionView], cfg: Sched
         note(jid, idx, why)
         if why == R_RESOURCES:
             policy.on_busy(job, part)
+
+
+def _within_limits(job: JobView, pname: str, rq: Request, placed: Allocation, pool: _Pool,
+                   policy: BlockPolicy, limits: LimitChecker) -> Allocation:
+    """A node range placed grown: the most nodes its QOS/association limits allow
+    (:meth:`LimitChecker.widest`), else its minimum — which :meth:`LimitChecker.check`
+    passed and which fits wherever the grown request did."""
+    hidden = policy.hidden()
+    got = limits.widest(job, pname, placed, rq.lo,
+                        lambda k: pool.place(job, replace(rq, hi=k), pname, hidden))
+    if got is None:
+        got = pool.place(job, replace(rq, grow=False), pname, hidden)
+    return placed if got is None else got
 
 
 def _preempt(snapshot: Snapshot, cfg: SchedConfig, entries: list[Entry],

@@ -7,7 +7,9 @@ wait and retry (``busy``: other steps hold the resources now).
 
 Rules (Slurm 23.11 semantics, simplified where noted):
 * nodes: ``-w`` names them (each must be in the allocation); otherwise the first N allocation
-  nodes, N = ``-N`` if given, else min(allocation nodes, ntasks) when ``-n`` is given, else all.
+  nodes, N = ``-N`` if given (a range ``-N a-b``: as many as the allocation offers, at most
+  b, at least a — Slurm's "as many nodes as possible within the range"), else
+  min(allocation nodes, ntasks) when ``-n`` is given, else all.
 * tasks: ``-n``, else ``--ntasks-per-node`` × N, else N. Without ``--ntasks-per-node`` they are
   balanced: ⌈n/N⌉ on the first n mod N nodes, ⌊n/N⌋ on the rest (``2(x3),1`` for 7 on 4).
 * task ids: ``block`` gives each node consecutive ids (default); ``cyclic`` deals them round robin.
@@ -174,6 +176,8 @@ def layout(alloc: Sequence[AllocNode], used_cpus: Mapping[str, int],
     else:
         if req.nodes_min is not None:
             n = req.nodes_min
+            if req.nodes_max is not None and req.nodes_max > n:
+                n = max(n, min(len(pool), req.nodes_max))
         elif req.ntasks is not None:
             n = min(len(pool), req.ntasks)
         else:

@@ -47,6 +47,10 @@ def start(job: Job, *, partition: str, alloc: Sequence[NodeAlloc], node_list: st
     job.batch_host = alloc[0].node if alloc else None
     job.num_nodes = len(alloc)
     job.num_cpus = sum(a.cpus for a in alloc)
+    if job.nodes_max is not None and job.nodes_max > job.nodes_min and not job.ntasks_given:
+        # a node range without -n: one task per node (or --ntasks-per-node) on the nodes
+        # it got, which may be more than its minimum (SLURM_NTASKS, NumTasks)
+        job.num_tasks = sum(a.tasks for a in alloc) or job.num_tasks
     job.tres_alloc = tres_alloc
     job.last_sched_eval = now
     job.launch_confirmed = False

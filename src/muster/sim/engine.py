@@ -180,6 +180,7 @@ def _new_job(tj: TraceJob) -> Job:
     # read by fair-share accounting (muster.controller.accounts.Accounts.job_saved)
     j.restarts = 0
     j.alloc = ()
+    j.nodes_max = None  # no node range: lifecycle.start keeps the task count
     j.account = ACCOUNT
     j.qos = QOS
     return j
