@@ -23,8 +23,11 @@ Invariants:
     command treats as a controller restarting (retried for its budget, then Slurm's "Unable
     to contact slurm controller").
   * Bounded for hostile users: MAX_CONNS_PER_UID connections per plain user and MAX_CONNS in
-    all (then "Controller busy"), requests up to MAX_FRAME, a first frame within
-    IDLE_TIMEOUT, small socket reads from callers.
+    all (then "Controller busy"), requests up to MAX_FRAME, UID_BYTES of requests held per
+    user (half received, or whole and not yet sent on: ALL_BYTES for everyone), a first
+    frame within IDLE_TIMEOUT, small socket reads from callers. The controller applies the
+    user's own limits to a relayed link too (its claims carry ``via``), as on its Unix
+    socket.
 """
 
 from __future__ import annotations
@@ -36,14 +39,16 @@ import socket
 import struct
 
 from muster.common import wire
-from muster.common.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, Link, cap_reads, decode,
-                                 frame, initiate, read_body)
+from muster.common.netio import (SMALL_READS, STREAM_LIMIT, UNCHARGED_FRAME, BadFrame,
+                                 ByteBudget, Link, cap_reads, decode, frame, initiate, read_body)
 
 log = logging.getLogger("musterd")
 
 SOCKET_NAME = "musterd.sock"
 MAX_CONNS_PER_UID = 256  # connections of one plain user (each srun holds one for its run)
 MAX_CONNS = 4096  # connections of everyone together
+UID_BYTES = 32 << 20  # request bytes a plain user's connections may hold here (as the
+ALL_BYTES = 256 << 20  # controller's Unix socket allows), and all users' together
 IDLE_TIMEOUT = 30.0  # seconds a caller has to send its first request (the controller's idle)
 CONNECT_TIMEOUT = 5.0  # per controller address
 BUSY = {"ok": False, "code": "busy", "error": "Controller busy, try again"}
@@ -67,6 +72,7 @@ class Relay:
         self.hostname = socket.gethostname().split(".")[0]
         self.by_uid: dict[int, int] = {}
         self.total = 0
+        self.budget = ByteBudget(UID_BYTES, ALL_BYTES)
         self.server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
@@ -165,16 +171,27 @@ class _Session:
         try:
             while True:
                 timeout = IDLE_TIMEOUT if self.up is None else None
+                budget = None if self.uid == 0 else self.relay.budget
                 try:
-                    body = await asyncio.wait_for(read_body(self.reader, wire.MAX_FRAME), timeout)
+                    body = await asyncio.wait_for(read_body(
+                        self.reader, wire.MAX_FRAME, budget, self.uid), timeout)
                 except BadFrame as exc:
                     self.writer.write(frame({"ok": False, "code": getattr(exc, "code", "invalid"),
                                              "error": str(exc)}))
                     return
                 if body is None:
                     return
-                if not await self._forward(body):
+                # a whole request stays charged until it has left for the controller
+                charged = len(body) if budget is not None and len(body) > UNCHARGED_FRAME else 0
+                if charged and budget is not None and not budget.take(self.uid, charged):
+                    self.writer.write(frame(BUSY))
                     return
+                try:
+                    if not await self._forward(body):
+                        return
+                finally:
+                    if charged and budget is not None:
+                        budget.give(self.uid, charged)
         except (TimeoutError, ConnectionError, OSError, asyncio.IncompleteReadError):
             return
         finally:

@@ -398,7 +398,19 @@ class Controller:
                 return
             await self._agent_loop(link, claims, key)
             return
-        await self._client_loop(link, uid, gid, None)
+        # a node's relay (muster.agent.relay) speaks for a plain user: that user's limits
+        # apply as on the Unix socket (connections, half-received bytes)
+        limited = "via" in claims and self._limited(uid)
+        if limited and not self._admit_user(uid):
+            await self._refuse(link, "busy", "Controller busy, try again")
+            return
+        if limited:
+            cap_reads(link.writer, SMALL_READS)
+        try:
+            await self._client_loop(link, uid, gid, self.budget if limited else None)
+        finally:
+            if limited:
+                self._release_user(uid)
 
     async def _refuse(self, link: Link, code: str, message: str) -> None:
         """A last error reply (sealed on a sealed link), then the close."""
