@@ -25,11 +25,13 @@ def test_show_config_matches_slurm_for_the_reference_conf():
     cfg = load(str(REF / "slurm.conf"))
     got = [f"{k:<23} = {v}" for k, v in
            show_config_items(cfg, boot_time=None, next_job_id=50, version="22.05.8")]
-    host_specific = ("BOOT_TIME ", "PluginDir ", "SLURM_CONF ")
+    # SlurmUser's uid is this host's (no such user here: "N/A")
+    host_specific = ("BOOT_TIME ", "PluginDir ", "SLURM_CONF ", "SlurmUser ")
     assert [ln.split(" = ")[0] for ln in got] == [ln.split(" = ")[0] for ln in want]
     diff = [(a, b) for a, b in zip(want, got) if a != b]
     assert [a for a, _b in diff if not a.startswith(host_specific)] == [], diff
     assert f"SLURM_CONF              = {REF / 'slurm.conf'}" in got
+    assert next(v for v in got if v.startswith("SlurmUser ")).split(" = ")[1].startswith("slurm(")
 
 
 def test_show_config_defaults_and_never_other_keys(tmp_path):

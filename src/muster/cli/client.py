@@ -170,25 +170,25 @@ def _connect(path: str, deadline: float):
         delay = min(delay * 2, 0.2)
 
 
-def _exchange(path: str, data: bytes, deadline: float) -> dict:
+def _exchange(path: str, data: bytes, deadline: float, raw: str | None = None) -> dict:
     """One request on a fresh connection. _Retry when it could not be delivered or the
     connection ended before the reply (the controller may or may not have acted: the request
     id makes a retry safe); TransportError for what retrying cannot fix."""
     s = _connect(path, deadline)
     try:
-        return round_trip(s, lambda: s.sendall(data))
+        return round_trip(s, lambda: s.sendall(data), raw)
     finally:
         s.close()
 
 
-def round_trip(s, send) -> dict:
+def round_trip(s, send, raw: str | None = None) -> dict:
     """``send()`` one request on ``s`` and read its reply. _Retry when it could not be
     delivered, the connection ended before the reply, or a standby (or a leader deposed
     before it committed) answered; TransportError for a controller that is up but does not
-    answer (never re-sent) or a garbled reply."""
+    answer (never re-sent) or a garbled reply. ``raw``: as wire.recv_frame's."""
     try:
         send()
-        reply = wire.recv_frame(s)
+        reply = wire.recv_frame(s, raw=raw)
     except TimeoutError as exc:
         raise TransportError(f"Unable to contact slurm controller ({exc})") from None
     except OSError:
@@ -202,7 +202,7 @@ def round_trip(s, send) -> dict:
     return reply
 
 
-def _request(data: bytes, budget: float) -> dict:
+def _request(data: bytes, budget: float, raw: str | None = None) -> dict:
     """Deliver ``data`` to the first controller that answers, trying each in turn with
     back-off (50 ms doubling to 1 s) until ``budget`` seconds have passed. Like Slurm's
     commands, silent while it tries; the final error is the caller's to print."""
@@ -213,7 +213,7 @@ def _request(data: bytes, budget: float) -> dict:
     while True:
         for path in paths:
             try:
-                return _exchange(path, data, deadline)
+                return _exchange(path, data, deadline, raw)
             except _Retry:
                 continue
         if time.monotonic() + delay > deadline:
@@ -222,12 +222,13 @@ def _request(data: bytes, budget: float) -> dict:
         delay = min(delay * 2, 1.0)
 
 
-def call(msg: dict, retry: float | None = None) -> dict:
+def call(msg: dict, retry: float | None = None, raw: str | None = None) -> dict:
     """Send one request; return the reply or raise the MusterError it describes. ``retry``:
     seconds to keep trying an unreachable controller (default retry_budget(); a ``ping`` is a
     probe and tries once). A request that changes state carries a request id
     (muster.common.requestid), the same on every retry, so a retry after a restart is
-    answered, not executed twice."""
+    answered, not executed twice. ``raw``: a member of the reply left as its JSON text
+    (wire.recv_frame), for output that passes it on as it is."""
     if "rid" not in msg and requestid.changes_state(msg):
         msg = {**msg, "rid": requestid.new_rid()}
     try:
@@ -238,7 +239,7 @@ def call(msg: dict, retry: float | None = None) -> dict:
         raise RequestError(f"Invalid request: {exc}", "invalid_request") from None
     if retry is None:
         retry = 0.0 if msg.get("op") == "ping" else retry_budget()
-    reply = _request(data, retry)
+    reply = _request(data, retry, raw)
     if not reply.get("ok"):
         err = from_wire(reply)
         if isinstance(reply.get("detail"), str):

@@ -152,6 +152,8 @@ def _main() -> int:
         msg["fields"] = list(dict.fromkeys(msg["fields"] + need))
     iterate = opts.get("iterate")
     from muster.common.errors import InvalidJobId
+    if opts.get("json"):
+        return _print_json(msg, opts, states, uids, bad_user)
     while True:
         try:
             reply = call(msg)
@@ -162,38 +164,11 @@ def _main() -> int:
             jobs = [dict(zip(names, row)) for row in reply["rows"]]
         else:
             jobs = reply["jobs"]
-        if states is None:
-            jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]
-        elif "ALL" not in states:
-            jobs = [j for j in jobs if j["state"] in states]
-        if bad_user and not uids:
-            jobs = []  # only unknown users named: Slurm prints the header and nothing else
-        parts = set(_split(opts.get("partition") or env.get("SQUEUE_PARTITION")))
-        if parts:
-            jobs = [j for j in jobs if parts & set(j["partition"].split(","))]
-        names = set(_split(opts.get("name") or env.get("SQUEUE_NAMES")))
-        if names:
-            jobs = [j for j in jobs if j["name"] in names]
-        accts = set(_split(opts.get("account") or env.get("SQUEUE_ACCOUNT")))
-        if accts:
-            jobs = [j for j in jobs if j["account"] in accts]
-        qos = set(_split(opts.get("qos") or env.get("SQUEUE_QOS")))
-        if qos:
-            jobs = [j for j in jobs if j["qos"] in qos]
-        if opts.get("nodelist"):
-            from muster.common.hostlist import expand
-            want = set(expand(opts["nodelist"]))
-            from muster.common.hostlist import expand as ex
-            jobs = [j for j in jobs if j.get("node_list") and want & set(ex(j["node_list"]))]
+        jobs = _filter(jobs, opts, states, uids, bad_user)
         if structured:
             from muster.common import fmt_json
-            if opts.get("json"):
-                doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]],
-                                           lazy=True)
-                fmt_json.write(doc, sys.stdout.write)
-            else:
-                doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
-                sys.stdout.write(fmt_json.to_yaml(doc))
+            doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
+            sys.stdout.write(fmt_json.to_yaml(doc))
             return 0
         try:
             out = fmt_squeue.render(
@@ -214,6 +189,95 @@ def _main() -> int:
         except ValueError:
             raise CliExit([f"squeue: error: Invalid iterate value: {iterate}"], 1) from None
         sys.stdout.write("\n")
+
+
+def _filter_fields(opts: dict, states: set[str] | None) -> list[str]:
+    """The record fields :func:`_filter` reads beyond what the controller filters on."""
+    env = os.environ
+    need = [f for f, used in (("partition", opts.get("partition") or env.get("SQUEUE_PARTITION")),
+                              ("name", opts.get("name") or env.get("SQUEUE_NAMES")),
+                              ("account", opts.get("account") or env.get("SQUEUE_ACCOUNT")),
+                              ("qos", opts.get("qos") or env.get("SQUEUE_QOS")),
+                              ("node_list", opts.get("nodelist"))) if used]
+    if states is not None and "ALL" not in states:
+        need.append("state")  # the shown state: COMPLETING for a job with the completing flag
+    return need
+
+
+def _filter(jobs: list[dict], opts: dict, states: set[str] | None, uids: set[int],
+            bad_user: bool) -> list[dict]:
+    """The jobs squeue shows of those the controller sent (state as shown, -p, -n, -A, -q,
+    -w and their SQUEUE_* variables), in their order."""
+    env = os.environ
+    if states is None:
+        jobs = [j for j in jobs if j["state"] in DEFAULT_STATES]
+    elif "ALL" not in states:
+        jobs = [j for j in jobs if j["state"] in states]
+    if bad_user and not uids:
+        jobs = []  # only unknown users named: Slurm prints the header and nothing else
+    parts = set(_split(opts.get("partition") or env.get("SQUEUE_PARTITION")))
+    if parts:
+        jobs = [j for j in jobs if parts & set(j["partition"].split(","))]
+    names = set(_split(opts.get("name") or env.get("SQUEUE_NAMES")))
+    if names:
+        jobs = [j for j in jobs if j["name"] in names]
+    accts = set(_split(opts.get("account") or env.get("SQUEUE_ACCOUNT")))
+    if accts:
+        jobs = [j for j in jobs if j["account"] in accts]
+    qos = set(_split(opts.get("qos") or env.get("SQUEUE_QOS")))
+    if qos:
+        jobs = [j for j in jobs if j["qos"] in qos]
+    if opts.get("nodelist"):
+        from muster.common.hostlist import expand
+        want = set(expand(opts["nodelist"]))
+        jobs = [j for j in jobs if j.get("node_list") and want & set(expand(j["node_list"]))]
+    return jobs
+
+
+def _print_json(msg: dict, opts: dict, states: set[str] | None, uids: set[int],
+                bad_user: bool) -> int:
+    """squeue --json: the controller's cached v0.0.40 records (muster.controller.jobjson),
+    written through as the text it sends: never decoded nor encoded again here. When the
+    command's own filters apply, the columns they read come along (``rows``, the same jobs
+    in the same order) and only the records of the jobs they keep are written."""
+    from muster.common import fmt_json
+    from muster.common.errors import InvalidJobId
+    msg = {**msg, "encoded": True}
+    need = _filter_fields(opts, states)
+    if need:
+        msg["fields"] = need
+    try:
+        reply = call(msg, raw="records")
+    except InvalidJobId:
+        raise CliExit(["slurm_load_jobs error: Invalid job id specified"], 1) from None
+    records = reply["records"]  # a memoryview of the reply's UTF-8 bytes
+    if need or (bad_user and not uids):
+        jobs = [dict(zip(reply["fields"], row)) for row in reply["rows"]] if need else []
+        keep = {id(j) for j in _filter(jobs, opts, states, uids, bad_user)}
+        items = fmt_json.list_items(str(records, "utf-8")) if keep else []
+        records = fmt_json.list_text([t for j, t in zip(jobs, items) if id(j) in keep])
+    doc = fmt_json.squeue_json(fmt_json.Encoded(records), reply["now"],
+                               command=["squeue", *sys.argv[1:]])
+    fmt_json.write(doc, _emitter(sys.stdout))
+    return 0
+
+
+def _emitter(out):
+    """``out.write`` for text, and for UTF-8 bytes (the records as the controller sent them):
+    straight to the binary stream beneath when ``out`` writes UTF-8 (what it would have
+    written for their text), else as their text."""
+    enc = (getattr(out, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+    binary = getattr(out, "buffer", None) if enc == "utf8" else None
+
+    def emit(piece) -> None:
+        if isinstance(piece, str):
+            out.write(piece)
+        elif binary is not None:
+            out.flush()
+            binary.write(piece)
+        else:
+            out.write(str(piece, "utf-8"))
+    return emit
 
 
 def _step_list(arg) -> list[tuple[str, str]]:

@@ -16,16 +16,15 @@ CLI package, tests/unit/test_layering.py).
 
 from __future__ import annotations
 
-import json
 import os
-import signal as _signal
 
 DATA_PARSER = "data_parser/v0.0.40"
 SLURM_VERSION = {"major": "23", "micro": "0", "minor": "11"}
 SLURM_RELEASE = "23.11.0"
 
 __all__ = ["squeue_json", "sinfo_json", "sacct_json", "job_json", "node_json",
-           "partition_json", "nodes_json", "partitions_json", "to_yaml", "meta", "dumps"]
+           "partition_json", "nodes_json", "partitions_json", "to_yaml", "meta", "dumps", "write",
+           "Encoded", "list_text", "list_items", "LIST_OPEN", "LIST_SEP", "LIST_CLOSE"]
 
 
 # ---- scalar helpers ----------------------------------------------------------------------------
@@ -43,8 +42,9 @@ def limit(v) -> dict:
 
 
 def _signame(sig: int) -> str:
+    import signal  # here, not at the top: it imports enum (~2 ms of every --json command)
     try:
-        return _signal.Signals(sig).name
+        return signal.Signals(sig).name
     except ValueError:
         return ""
 
@@ -309,12 +309,20 @@ def job_json(job: dict, now: int | None = None, cluster: str = "") -> dict:
     }
 
 
-def squeue_json(jobs: list[dict], now: int, *, cluster: str = "",
+def squeue_json(jobs, now: int, *, cluster: str = "",
                 command: list[str] | None = None, lazy: bool = False) -> dict:
     """``squeue --json`` (also ``scontrol show job --json`` and GET /slurm/v0.0.40/jobs).
-    ``lazy``: the jobs are a generator, converted as :func:`write` streams them."""
-    converted = (job_json(j, now, cluster) for j in jobs)
-    return _doc("jobs", converted if lazy else list(converted),
+    ``lazy``: the jobs are a generator, converted as :func:`write` streams them. ``jobs``
+    may also be :class:`Encoded`: the ``jobs`` list already laid out (the controller's
+    cached records, muster.controller.jobjson), which :func:`write` emits as it is."""
+    converted: object
+    if isinstance(jobs, Encoded):
+        converted = jobs
+    elif lazy:
+        converted = (job_json(j, now, cluster) for j in jobs)
+    else:
+        converted = [job_json(j, now, cluster) for j in jobs]
+    return _doc("jobs", converted,
                 command if command is not None else ["squeue", "--json"],
                 "openapi/slurmctld", cluster, now,
                 {"last_backfill": num(None), "last_update": num(now)})
@@ -645,6 +653,39 @@ def dumps(obj) -> str:
     return "".join(parts)
 
 
+# How :func:`write` lays out a top-level list of n > 0 items: OPEN, the items joined by SEP,
+# CLOSE ("[]" when empty). Items are compact JSON, so none holds a raw newline: SEP occurs
+# only between items. The controller lays out squeue --json's cached records with the same
+# constants (muster.controller.jobjson), so its text drops into the output unchanged.
+LIST_OPEN = "[\n    "
+LIST_SEP = ",\n    "
+LIST_CLOSE = "\n  ]"
+
+
+class Encoded:
+    """A top-level list already encoded as :func:`write` lays it out (``text``: a str, or
+    its UTF-8 bytes, which :func:`write` passes to ``emit`` as they are)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text):
+        self.text = text
+
+
+def list_text(items: list[str]) -> str:
+    """Encoded items (compact JSON each) laid out as :func:`write` lays out a list."""
+    return LIST_OPEN + LIST_SEP.join(items) + LIST_CLOSE if items else "[]"
+
+
+def list_items(text: str) -> list[str]:
+    """The encoded items of a list laid out by :func:`list_text` (its inverse)."""
+    if text == "[]":
+        return []
+    if not (text.startswith(LIST_OPEN) and text.endswith(LIST_CLOSE)):
+        raise ValueError("not a list laid out one item per line")
+    return text[len(LIST_OPEN):-len(LIST_CLOSE)].split(LIST_SEP)
+
+
 def write(obj, emit) -> None:
     """JSON with one top-level key per line and one record per line inside top-level lists.
 
@@ -661,13 +702,14 @@ def write(obj, emit) -> None:
     items = list(obj.items())
     for i, (key, value) in enumerate(items):
         emit(f"  {compact(key)}: ")
-        if isinstance(value, list) or (hasattr(value, "__next__") and hasattr(value, "__iter__")):
+        if isinstance(value, Encoded):
+            emit(value.text)
+        elif isinstance(value, list) or (hasattr(value, "__next__") and hasattr(value, "__iter__")):
             first = True
-            emit("[")
             for item in value:
-                emit(("\n    " if first else ",\n    ") + compact(item))
+                emit((LIST_OPEN if first else LIST_SEP) + compact(item))
                 first = False
-            emit("]" if first else "\n  ]")
+            emit("[]" if first else LIST_CLOSE)
         else:
             emit(compact(value))
         emit(",\n" if i < len(items) - 1 else "\n")
@@ -680,6 +722,7 @@ _RESERVED = {"", "~", "null", "Null", "NULL", "true", "True", "TRUE", "false", "
 
 
 def _yscalar(v) -> str:
+    import json  # YAML only: json imports re and enum (~7 ms of a --json command's start)
     if v is None:
         return "null"
     if v is True:

@@ -171,9 +171,17 @@ class Link:
         # proof: the answer to it may be the responder's plain refusal
         self._refusal_ok = initiator
 
-    def encode(self, obj: dict) -> bytes:
+    def encode(self, obj: dict) -> bytes | memoryview:
         """The frame for ``obj``; on a sealed link this consumes a sequence number, so the
-        bytes must be written (in order) or the link abandoned."""
+        bytes must be written (in order) or the link abandoned. A plain frame is encoded in
+        place after its header and handed out as a view: a reply of megabytes (squeue
+        --json's records) is copied neither here nor by the transport's first write, which
+        slices off what the socket took."""
+        if self.sealer is None:
+            buf = bytearray(HEADER.size)
+            _enc.encode_into(obj, buf, HEADER.size)
+            HEADER.pack_into(buf, 0, len(buf) - HEADER.size)
+            return memoryview(buf)
         return self.encode_body(_enc.encode(obj))
 
     def encode_body(self, body: bytes) -> bytes:

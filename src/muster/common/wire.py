@@ -34,7 +34,7 @@ def encode(obj: dict) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def _recv_exact(sock, n: int) -> bytes:
+def _recv_exact(sock, n: int) -> bytearray:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -43,15 +43,24 @@ def _recv_exact(sock, n: int) -> bytes:
         if k == 0:
             raise FrameError("connection closed mid-frame" if got else "connection closed")
         got += k
-    return bytes(buf)
+    return buf
 
 
-def recv_frame(sock, limit: int = MAX_CLIENT_REPLY) -> dict:
+def recv_frame(sock, limit: int = MAX_CLIENT_REPLY, raw: str | None = None) -> dict:
+    """The next frame's object. ``raw``: the name of a member the reply carries last (the
+    controller's pre-encoded squeue --json records); its value is returned as a memoryview
+    of its UTF-8 JSON text, neither decoded nor copied (litejson.loads_head)."""
     (length,) = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if length > limit:
         raise FrameError(f"frame of {length} bytes exceeds the limit")
     try:
-        obj = litejson.loads(_recv_exact(sock, length).decode("utf-8"))
+        body = _recv_exact(sock, length)
+        if raw is None:
+            obj = litejson.loads(body.decode("utf-8"))
+        else:
+            obj, tail = litejson.loads_head(body, raw)
+            if tail is not None:
+                obj[raw] = tail
     except (ValueError, RecursionError) as exc:
         raise FrameError(f"malformed frame: {exc}") from None
     if not isinstance(obj, dict):

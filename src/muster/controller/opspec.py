@@ -60,7 +60,7 @@ REQUEST_FIELDS: dict[str, dict] = {
     "submit": {"job": OBJ, "script": STR, "env": OBJ},
     "allocate": {"job": OBJ, "lease": BOOL, "immediate": BOOL},
     "jobs": {"job_ids": [ID], "uids": [INT], "states": [STR], "fields": [STR], "rows": BOOL,
-             "events": BOOL, "hide": BOOL},
+             "events": BOOL, "hide": BOOL, "encoded": BOOL},
     "partitions": {"name": STR},
     "acct": {"job_ids": [ID], "uids": [INT], "all_users": BOOL, "start": INT, "end": INT,
              "duplicates": BOOL},

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from muster.common.clock import now  # noqa: F401 - re-exported: controller modules import it here
 from muster.common.hostlist import compress
 from muster.common.units import tres_string
+from muster.controller.jobjson import RecordCache
 from muster.controller.nodes import NodeRuntime
 from muster.lifecycle import deps as depmod
 from muster.model.alloc import NodeAlloc
@@ -65,6 +66,7 @@ class ClusterState:
         self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
+        self.records = RecordCache()  # job id -> squeue --json record (muster.controller.jobjson)
         # jobs changed while a scheduling pass is in flight (muster.controller.passes): its
         # plan's decisions about them are stale; None when no pass is in flight
         self.pass_changes: set[int] | None = None
@@ -103,6 +105,7 @@ class ClusterState:
         the usage event: a run that stopped is charged to fair-share here, in the change's
         transaction (Accounts.job_saved), so reading usage never has to write."""
         self.view_cache.pop(job.job_id, None)
+        self.records.drop(job.job_id)
         if self.pass_changes is not None:
             self.pass_changes.add(job.job_id)
         if job.mail_type:
@@ -240,4 +243,5 @@ class ClusterState:
         for jid in old:
             del self.jobs[jid]
             self.view_cache.pop(jid, None)
+            self.records.drop(jid)
         return len(old)
