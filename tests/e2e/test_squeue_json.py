@@ -47,8 +47,10 @@ def oracle(c, out: str, args: tuple[str, ...], keep=lambda r: True) -> str:
     """What squeue printed when it built the records itself: the plain reply's records (the
     query squeue sends, filtered as squeue filters) through fmt_json, at the output's time."""
     now = json.loads(out)["last_update"]["number"]
-    recs = wire.call(c, {"op": "jobs", "states": DEFAULT, "hide": True})["jobs"]
-    doc = fmt_json.squeue_json([r for r in recs if keep(r)], now, command=["squeue", "--json", *args])
+    reply = wire.call(c, {"op": "jobs", "states": DEFAULT, "hide": True})
+    recs = reply["jobs"]
+    doc = fmt_json.squeue_json([r for r in recs if keep(r)], now, cluster=reply["cluster"],
+                               command=["squeue", "--json", *args])
     return fmt_json.dumps(doc)
 
 

@@ -20,7 +20,9 @@ def check(ip, **query) -> dict[int, dict]:
     plain = ip.request("jobs", **query)
     assert enc["ok"] and plain["ok"], (enc, plain)
     got = bytes(enc["records"]).decode()
-    want = fmt_json.list_text([litejson.dumps(fmt_json.job_json(r, 0)) for r in plain["jobs"]])
+    want = fmt_json.list_text([litejson.dumps(fmt_json.job_json(r, 0, plain["cluster"]))
+                               for r in plain["jobs"]])
+    assert plain["cluster"] and enc["cluster"] == plain["cluster"]  # ClusterName, as Slurm
     assert got == want
     return {r["job_id"]: r for r in json.loads(got)}
 

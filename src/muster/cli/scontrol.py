@@ -97,7 +97,8 @@ def show(what: str, arg: str | None, opts: dict) -> int:
         jobs.sort(key=lambda j: j["job_id"])
         if opts.get("json") or opts.get("yaml"):
             from muster.common import fmt_json
-            return _structured(opts, fmt_json.squeue_json(jobs, reply["now"]))
+            return _structured(opts, fmt_json.squeue_json(jobs, reply["now"],
+                                                          cluster=reply.get("cluster") or ""))
         sys.stdout.write("".join(fmt_scontrol.show_job(j, reply["now"], one_liner=one,
                                                        details=bool(opts.get("details")))
                                  for j in jobs))

@@ -167,7 +167,8 @@ def _main() -> int:
         jobs = _filter(jobs, opts, states, uids, bad_user)
         if structured:
             from muster.common import fmt_json
-            doc = fmt_json.squeue_json(jobs, reply["now"], command=["squeue", *sys.argv[1:]])
+            doc = fmt_json.squeue_json(jobs, reply["now"], cluster=reply.get("cluster") or "",
+                                       command=["squeue", *sys.argv[1:]])
             sys.stdout.write(fmt_json.to_yaml(doc))
             return 0
         try:
@@ -257,6 +258,7 @@ def _print_json(msg: dict, opts: dict, states: set[str] | None, uids: set[int],
         items = fmt_json.list_items(str(records, "utf-8")) if keep else []
         records = fmt_json.list_text([t for j, t in zip(jobs, items) if id(j) in keep])
     doc = fmt_json.squeue_json(fmt_json.Encoded(records), reply["now"],
+                               cluster=reply.get("cluster") or "",
                                command=["squeue", *sys.argv[1:]])
     fmt_json.write(doc, _emitter(sys.stdout))
     return 0

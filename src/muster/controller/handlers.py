@@ -213,7 +213,7 @@ def jobs(ctl, msg, uid, gid):
     if msg.get("encoded"):
         if msg.get("job_ids") and not sel and not any(ctl.state.find(i) for i in msg["job_ids"]):
             raise InvalidJobId()
-        out: dict = {"ok": True, "now": now()}
+        out: dict = {"ok": True, "now": now(), "cluster": ctl.cfg.cluster_name}
         if fields is not None:
             out.update(fields=fields, rows=_rows(sel, fields))
         out["records"] = ctl.state.records.listing(sel)  # last: the command reads it raw
@@ -222,7 +222,7 @@ def jobs(ctl, msg, uid, gid):
         rows = _rows(sel, fields)
         if msg.get("job_ids") and not rows and not any(ctl.state.find(i) for i in msg["job_ids"]):
             raise InvalidJobId()
-        return {"fields": fields, "rows": rows, "now": now()}
+        return {"fields": fields, "rows": rows, "now": now(), "cluster": ctl.cfg.cluster_name}
     recs = [j.to_record(fields) for j in sel]
     for r in recs:
         if r["completing"]:
@@ -235,7 +235,7 @@ def jobs(ctl, msg, uid, gid):
     if msg.get("events") and len(recs) == 1 and (recs[0]["uid"] == uid or ctl.is_admin(uid)):
         # a job's audit trail is its owner's and the operators' (as the events op)
         recs[0]["events"] = ctl.state.store.events_of(recs[0]["job_id"])
-    return {"jobs": recs, "now": now()}
+    return {"jobs": recs, "now": now(), "cluster": ctl.cfg.cluster_name}
 
 
 def _rows(sel: list[Job], fields: list[str]) -> list[list]:

@@ -19,7 +19,7 @@ Invariants:
   ``purge_old`` drop their entries.
 * **Byte for byte what the command printed when it built the records itself**: the same
   ``job_json`` of the same record (state COMPLETING for a job with the completing flag, as
-  the ``jobs`` query shows it; ``cluster`` empty, as squeue passes it), encoded by msgspec,
+  the ``jobs`` query shows it; ``cluster`` the ClusterName), encoded by msgspec,
   whose output for these values equals the standard library's compact encoder the command
   used (strings escaped alike, non-ASCII kept; the one float, ``billable_tres``, is a CPU
   count: ``N.0`` in both below 10**16, where the command's encoder takes over).
@@ -43,12 +43,12 @@ _SEP = fmt_json.LIST_SEP.encode()
 _CLOSE = fmt_json.LIST_CLOSE.encode()
 
 
-def encode_record(job: Job) -> bytes:
+def encode_record(job: Job, cluster: str = "") -> bytes:
     """``job``'s v0.0.40 record as squeue --json prints it (compact JSON, UTF-8)."""
     rec = job.to_record()
     if rec["completing"]:
         rec["state"] = "COMPLETING"
-    doc = fmt_json.job_json(rec)
+    doc = fmt_json.job_json(rec, cluster=cluster)
     if (rec["num_cpus"] or 0) >= _FLOAT_EXP:  # billable_tres would read 1e16, not 1e+16
         return litejson.dumps(doc).encode("utf-8")
     return _enc.encode(doc)
@@ -57,10 +57,12 @@ def encode_record(job: Job) -> bytes:
 class RecordCache:
     """job id → (the job object, its encoded record). See the module's invariants."""
 
-    __slots__ = ("_by_id",)
+    __slots__ = ("_by_id", "cluster")
 
-    def __init__(self) -> None:
+    def __init__(self, cluster: str = "") -> None:
+        """``cluster``: ClusterName, in every record as Slurm's (a restart-only key)."""
         self._by_id: dict[int, tuple[Job, bytes]] = {}
+        self.cluster = cluster
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -73,7 +75,7 @@ class RecordCache:
         hit = self._by_id.get(job.job_id)
         if hit is not None and hit[0] is job:
             return hit[1]
-        data = encode_record(job)
+        data = encode_record(job, self.cluster)
         self._by_id[job.job_id] = (job, data)
         return data
 

@@ -66,7 +66,8 @@ class ClusterState:
         self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
-        self.records = RecordCache()  # job id -> squeue --json record (muster.controller.jobjson)
+        # job id -> squeue --json record (muster.controller.jobjson)
+        self.records = RecordCache(cfg.cluster_name)
         # jobs changed while a scheduling pass is in flight (muster.controller.passes): its
         # plan's decisions about them are stale; None when no pass is in flight
         self.pass_changes: set[int] | None = None
