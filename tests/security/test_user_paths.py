@@ -367,12 +367,30 @@ def test_fifos_never_stall_the_supervisor(cluster, arena):
         pending = bytearray(4)
         wait_for(lambda: fcntl.ioctl(reader, termios.FIONREAD, pending) == 0 and
                  int.from_bytes(pending, sys.byteorder) >= 65536, 30, what="a full pipe")
+        assert holding(pid, fifo_err)  # its stderr, kept for Slurm's CANCELLED line
         assert cluster.run(["scancel", str(jid)]).rc == 0
         assert cluster.wait_done(jid) == "CANCELLED"
-        # the job's record says CANCELLED at once; the supervisor must also finish its work
-        wait_for(lambda: not running(pid), 20, what="the supervisor to kill the job and exit")
+        # the job's record says CANCELLED at once; the supervisor must also finish its work:
+        # exit, or (a pooled one, idle for the next job) let go of the job's files
+        wait_for(lambda: not holding(pid, fifo_err), 20,
+                 what="the supervisor to kill the job and be done with it")
     finally:
         os.close(reader)
+
+
+def holding(pid: int, path: str) -> bool:
+    """Is ``pid`` alive with ``path`` open?"""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return running(pid)
+        except OSError:
+            continue
+    return False
 
 
 # ---- 3. the API's output tail is read as the job's user ------------------------------------

@@ -34,6 +34,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import time
 
@@ -53,18 +54,18 @@ def write_json_atomic(path: str, obj: dict) -> None:
     must survive a crash of a process, not of the host (a host crash kills the job too)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump(obj, fh)
+        fh.write(json.dumps(obj))  # the C encoder (json.dump to a file is pure Python)
     os.replace(tmp, path)
 
 
-def forked_main(spool: str, body) -> None:
+def forked_main(spool: str, body, keep: tuple[int, ...] = ()) -> None:
     """Run ``body()`` as a forked supervisor or step daemon, then exit; never returns.
 
     Drops what the agent's process set up that a supervisor must not share: the event loop's
     signal wake-up fd (a signal delivered to us would otherwise be written into the agent's loop,
-    which would believe *it* got the signal), the agent's signal handlers and session, and the
-    garbage collector (a collection would touch — and copy — every inherited page). Any
-    exception is written to ``<spool>/supervisor.err``."""
+    which would believe *it* got the signal), the agent's signal handlers and session, every
+    descriptor but ``keep``, and the garbage collector (a collection would touch — and copy —
+    every inherited page). Any exception is written to ``<spool>/supervisor.err``."""
     code = 0
     try:
         import gc
@@ -72,24 +73,93 @@ def forked_main(spool: str, body) -> None:
         signal.set_wakeup_fd(-1)
         os.setsid()
         _undumpable()
-        _drop_inherited_fds()
+        _drop_inherited_fds(keep)
         for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
             signal.signal(s, signal.SIG_DFL)
         body()
     except BaseException:  # noqa: BLE001 - report whatever happened, then leave
         code = 1
-        try:
-            import traceback
-            with open(os.path.join(spool, "supervisor.err"), "a") as fh:
-                traceback.print_exc(file=fh)
-        except OSError:
-            pass
+        _report_crash(spool)
     os._exit(code)
+
+
+def _report_crash(spool: str) -> None:
+    """The exception being handled, appended to ``<spool>/supervisor.err`` (the agent puts it
+    in its log when the supervisor ends without a status)."""
+    try:
+        import traceback
+        with open(os.path.join(spool, "supervisor.err"), "a") as fh:
+            traceback.print_exc(file=fh)
+    except OSError:
+        pass
 
 
 def run_supervisor(spool: str, launch: dict, node: str) -> None:
     """Entry point in the forked child. Never returns."""
     forked_main(spool, lambda: _Supervisor(spool, launch, node).run())
+
+
+def run_pooled(spool: str, node: str, done_fd: int, chan: socket.socket) -> None:
+    """Entry point of a batch supervisor forked by the zygote (muster.agent.zygote): the job of
+    ``spool``, then each job the zygote hands over on ``chan`` after it, until the zygote
+    closes ``chan``. Never returns.
+
+    A job's end is announced by closing its ``done_fd`` (the write end of a pipe whose read
+    end the agent follows), after its status.json is in place: the same order as a
+    supervisor's exit, and a crash closes it too. Between jobs (:func:`_between_jobs`)
+    nothing of the last one stays: its signal handlers, objects and descriptors are gone.
+    Reuse saves the fork, the copy-on-write faults of a fresh child and its exit: about a
+    third of a short job's cost on the node. The zygote alone decides when a supervisor
+    takes another job (after the agent has handled the last one's end, so no signal meant
+    for that job can reach its successor) and when it stops."""
+    forked_main(spool, lambda: _serve_jobs(spool, node, done_fd, chan),
+                keep=(done_fd, chan.fileno()))
+
+
+def _serve_jobs(spool: str, node: str, done_fd: int, chan: socket.socket) -> None:
+    got: tuple | None = (spool, node, done_fd)
+    while got is not None:
+        spool, node, done_fd = got
+        try:
+            with open(os.path.join(spool, "launch.json")) as fh:
+                launch = json.load(fh)
+            _Supervisor(spool, launch, node).run()
+        except BaseException:  # noqa: BLE001 - this job's supervisor.err; never reused
+            _report_crash(spool)
+            os._exit(1)
+        os.close(done_fd)  # the job is over: the agent reads its status.json now
+        _between_jobs(chan.fileno())
+        got = _next_job(chan)
+
+
+def _between_jobs(keep: int) -> None:
+    """Back to the state of a fresh supervisor: SIGTERM and SIGUSR2 ignored until the next
+    job's supervisor handles them (a fresh one inherits the zygote's ignored SIGTERM), the
+    last job's objects collected and every descriptor it left (its wake-up pipe, the stderr
+    kept for the CANCELLED line) closed."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    import gc
+    gc.collect()
+    _close_above(2, (keep,))
+
+
+def _next_job(chan: socket.socket) -> tuple[str, str, int] | None:
+    """(spool, node, done_fd) of the next job the zygote hands over; None when it closed the
+    channel (stop) or sent something else."""
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(chan, 65536, 1)
+    except OSError:
+        return None
+    try:
+        req = json.loads(data) if data and len(fds) == 1 else None
+        if isinstance(req, dict) and isinstance(req.get("spool"), str):
+            os.set_inheritable(fds[0], False)  # (SCM_RIGHTS gives it without O_CLOEXEC)
+            return req["spool"], str(req.get("node")), fds[0]
+    except ValueError:
+        pass
+    _close_all(fds)
+    return None
 
 
 class _Supervisor:
@@ -373,9 +443,10 @@ def write_unstalled(fd: int | None, data: bytes, patience: float = 0.5) -> None:
     t.join(patience)
 
 
-def _drop_inherited_fds() -> None:
+def _drop_inherited_fds(keep: tuple[int, ...] = ()) -> None:
     """Hold none of the agent's descriptors: stdin/stdout/stderr become /dev/null, the rest
-    are closed (the supervisor opens all it needs itself).
+    but ``keep`` (a pooled supervisor's channel to the zygote and its job's end pipe, both
+    root's) are closed (the supervisor opens all it needs itself).
 
     A user's path may be a magic link such as ``/proc/self/fd/3``, which reaches whatever
     this process holds, past the permissions of the directories on its way: the agent's log
@@ -386,7 +457,16 @@ def _drop_inherited_fds() -> None:
     for fd in (0, 1, 2):
         if fd != null:
             os.dup2(null, fd)
-    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    _close_above(2, keep)
+
+
+def _close_above(low: int, keep) -> None:
+    """Close every descriptor above ``low`` except those in ``keep``."""
+    start = low + 1
+    for fd in sorted(k for k in keep if k > low):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, os.sysconf("SC_OPEN_MAX"))
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once, in the agent and its zygote

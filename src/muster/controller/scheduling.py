@@ -286,7 +286,11 @@ def task_counts(job: Job, start) -> list[int]:
 
 
 def _apply_starts(state, applier, plan, t: int) -> list[Job]:
+    """The plan's starts that still fit. An array master that gave up several tasks is
+    saved once, after the last of them (its ``pending_tasks`` list is part of its record:
+    saving it per task wrote the list n times over for n tasks)."""
     started: list[Job] = []
+    masters: dict[int, Job] = {}
     for start in plan.starts:
         job = state.jobs.get(start.job_id)
         if job is None or job.state != PENDING:
@@ -296,13 +300,20 @@ def _apply_starts(state, applier, plan, t: int) -> list[Job]:
         if not _still_free(state, allocs):
             continue
         if job.pending_tasks:
-            job = _split_array_task(state, job, t)
+            master = job
+            job = _split_array_task(state, master, t)
+            if job is not master:
+                masters[master.job_id] = master
+            else:
+                masters.pop(master.job_id, None)  # its last task: saved by its own Start
         applier.job(job, events.Start(
             partition=start.partition, alloc=tuple(allocs),
             node_list=state.node_list_of(a.node for a in allocs),
             tres_alloc=state.alloc_tres(allocs), time_limit=getattr(start, "time_limit", None),
             scheduler=getattr(start, "scheduler", "Main")), t)
         started.append(job)
+    for master in masters.values():
+        state.save(master)
     return started
 
 
@@ -420,7 +431,9 @@ def _still_free(state, allocs: list[NodeAlloc]) -> bool:
 
 
 def _split_array_task(state, master: Job, t: int) -> Job:
-    """Start the lowest pending index. The last index keeps the master's id (Slurm does so)."""
+    """Start the lowest pending index. The last index keeps the master's id (Slurm does so).
+    The master, when it keeps indices, is left for the caller to save (in the same
+    transaction: :func:`_apply_starts` saves it once per pass)."""
     assert master.pending_tasks  # a pending array master has indices left
     idx = master.pending_tasks[0]
     rest = master.pending_tasks[1:]
@@ -433,5 +446,4 @@ def _split_array_task(state, master: Job, t: int) -> Job:
                        array_task_str=None)
     master.pending_tasks = rest  # array_task_str is derived from it when shown
     state.jobs[task.job_id] = task
-    state.save(master)
     return task
