@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from cluster import private_cluster, user_exists, wait_for
+from cluster import TEST_USER, private_cluster, user_exists, wait_for
 
 REF = pathlib.Path(__file__).resolve().parents[1] / "data" / "slurm-ref"
 
@@ -146,7 +146,7 @@ def script(c, name: str, body: str) -> str:
     return path
 
 
-@pytest.mark.skipif(not user_exists("alice"), reason="needs the test user alice")
+@pytest.mark.skipif(not user_exists(TEST_USER), reason=f"needs the test user {TEST_USER}")
 def test_task_prolog_and_epilog_run_as_the_user(c):
     prolog = script(c, "tp.sh", 'echo "print prolog says $SLURM_PROCID as $(id -un)"\n'
                                 'echo "export FOO=bar baz"\necho "unset HOME"\necho "junk"\n'
@@ -155,19 +155,20 @@ def test_task_prolog_and_epilog_run_as_the_user(c):
     epilog = script(c, "te.sh", f'echo "epilog $SLURM_PROCID $(id -un) ${{FOO-}} '
                                 f'$SLURM_SCRIPT_CONTEXT" >> {log}\n')
     r = srun(c, "-l", "-n2", f"--task-prolog={prolog}", f"--task-epilog={epilog}", "sh", "-c",
-             'echo "FOO=$FOO HOME=${HOME-unset}"', user="alice")
+             'echo "FOO=$FOO HOME=${HOME-unset}"', user=TEST_USER)
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == ["0: FOO=bar baz HOME=unset",
-                                             "0: prolog says 0 as alice",
+                                             f"0: prolog says 0 as {TEST_USER}",
                                              "1: FOO=bar baz HOME=unset",
-                                             "1: prolog says 1 as alice"]
+                                             f"1: prolog says 1 as {TEST_USER}"]
     assert "to stderr" not in r.stderr
     # the epilog runs after each task, without the prolog's exports, as Slurm's (the step
     # daemon runs it once the tasks have ended: srun may be gone by then)
     def epilog_lines():
         return sorted(open(log).read().splitlines()) if os.path.exists(log) else []
     wait_for(lambda: len(epilog_lines()) == 2, 15, what="both task epilogs")
-    assert epilog_lines() == ["epilog 0 alice  epilog_task", "epilog 1 alice  epilog_task"]
+    assert epilog_lines() == [f"epilog 0 {TEST_USER}  epilog_task",
+                              f"epilog 1 {TEST_USER}  epilog_task"]
 
 
 def test_task_prolog_failures_as_slurm(c):
@@ -267,7 +268,7 @@ srun.main()
 """
 
 
-@pytest.mark.skipif(not user_exists("alice"), reason="needs the test user alice")
+@pytest.mark.skipif(not user_exists(TEST_USER), reason=f"needs the test user {TEST_USER}")
 def test_forged_limits_stop_at_the_node_hard_limit(c):
     """A hostile user's srun claims limits above the node's hard limits: the tasks get the
     node's hard limits, no more, and the explicitly requested one is reported as Slurm
@@ -276,8 +277,8 @@ def test_forged_limits_stop_at_the_node_hard_limit(c):
     hard_p = resource.getrlimit(resource.RLIMIT_NPROC)[1]
     r = subprocess.run([sys.executable, "-c", FORGED_SRUN, "-n1", "--propagate=NOFILE,NPROC",
                         "sh", "-c", "ulimit -n; ulimit -Hn; ulimit -p"], capture_output=True,
-                       text=True, env=c.env, cwd=c.workdir, timeout=60, user="alice",
-                       group="alice", extra_groups=[])
+                       text=True, env=c.env, cwd=c.workdir, timeout=60, user=TEST_USER,
+                       group=TEST_USER, extra_groups=[])
     assert r.returncode == 0, r.stderr
     want_p = "unlimited" if hard_p == resource.RLIM_INFINITY else str(hard_p)
     assert r.stdout.splitlines() == [str(hard_n), str(hard_n), want_p]

@@ -4,8 +4,10 @@ PostgreSQL's connection loss; a real musterctld refusing a newer schema."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -291,13 +293,17 @@ def test_musterctld_refuses_a_newer_schema(kind, make_url):
 
 class _CuttingProxy:
     """A Unix-socket proxy in front of the test server that cuts the connection at a COMMIT:
-    ``mode`` "before" drops the COMMIT unsent; "after" sends it, waits for the server's answer
-    (the transaction has committed) and drops that answer. One cut, then it forwards."""
+    ``mode`` "before" drops the COMMIT unsent; "after" sends it and drops the server's answer
+    (the transaction has committed; the client never hears it). One cut, then it forwards.
+
+    Each direction of a connection has its own thread, and only the server-to-client one
+    reads the server: the client waits for each answer before it sends again, so the first
+    data after the COMMIT is its answer."""
 
     def __init__(self, pg_server, mode: str):
         import socket
         import threading
-        self.mode, self.cut = mode, False
+        self.mode, self.cut, self.drop_answer = mode, False, False
         self.dir = tempfile.mkdtemp(prefix="muster-pgproxy-")
         self.target = os.path.join(pg_server.base, f".s.PGSQL.{pg_server.port}")
         self.path = os.path.join(self.dir, f".s.PGSQL.{pg_server.port}")
@@ -323,7 +329,8 @@ class _CuttingProxy:
             threading.Thread(target=self._pipe, args=(client, server, True), daemon=True).start()
 
     def _pipe(self, src, dst, upstream: bool) -> None:
-        import socket
+        """Copy ``src`` to ``dst`` (client to server when ``upstream``) until one ends or
+        this connection is cut."""
         try:
             while True:
                 data = src.recv(65536)
@@ -331,26 +338,28 @@ class _CuttingProxy:
                     break
                 if upstream and not self.cut and b"COMMIT" in data:
                     self.cut = True
-                    if self.mode == "after":
-                        dst.sendall(data)
-                        dst.recv(65536)  # the server's answer: committed, never delivered
-                    break
+                    if self.mode == "before":
+                        break
+                    self.drop_answer = True
+                elif not upstream and self.drop_answer:
+                    self.drop_answer = False
+                    break  # the COMMIT's answer: never delivered
                 dst.sendall(data)
         except OSError:
             pass
         for s in (src, dst):
-            with __import__("contextlib").suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.shutdown(2)  # SHUT_RDWR: the other direction's thread ends too
             s.close()
 
     def close(self) -> None:
         self.lsock.close()
-        import shutil
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
-def test_connection_lost_at_commit_applies_the_transaction_exactly_once(pg_server, mode):
+def test_connection_lost_at_commit_applies_the_transaction_exactly_once(pg_server, mode,
+                                                                         caplog):
     """The COMMIT is lost on its way (replayed on a new session and committed) or its answer
     is (the commit stamp shows it was applied: nothing replayed). Either way every write of the
     transaction is there once, and the store goes on."""
@@ -364,6 +373,11 @@ def test_connection_lost_at_commit_applies_the_transaction_exactly_once(pg_serve
             st.put_job(_job(2))
             st.add_event(10, "submit", job_id=2)
         assert proxy.cut
+        # which way the store found out: the answer lost → the stamp says it committed;
+        # the COMMIT lost → the transaction replayed on the new session
+        said = caplog.text
+        assert ("the last commit had been applied" in said) == (mode == "after"), said
+        assert ("replayed" in said) == (mode == "before"), said
         check = open_store(url)
         assert [j["job_id"] for j in check.query_jobs()] == [1, 2]
         assert [e["event"] for e in check.events_of(2)] == ["submit"]  # once
