@@ -259,3 +259,33 @@ def test_with_an_epilog_every_node_including_the_batch_host_hears_the_end(make_i
     for n in ("n1", "n2"):
         ip.report(n, {"op": "epilog_done", "job_id": jid, "run": 0, "ok": True})
     assert not any(jid in ip.ctl.state.nodes[n].completing_jobs for n in ("n1", "n2"))
+
+
+def test_the_end_message_leaves_only_after_its_commit(ip):
+    """The end-of-job message follows the commit that released the job's resources: after
+    that transaction's own effects (a cancel's terminate first), and never for a transaction
+    that fails."""
+    from muster.lifecycle import events
+    jid = ip.submit(ntasks=2, nodes_min=2)
+    ip.settle()
+    other = next(n for n in ip.agents if n != ip.job(jid).batch_host)
+    assert ip.request("cancel", jobs=[{"job_id": jid}])["ok"]
+    ip.settle()
+    ops = [m["op"] for m in ip.agents[other].sent if m.get("job_id") == jid]
+    assert ops[-2:] == ["terminate", "epilog"], ops
+    jid = ip.submit(ntasks=2, nodes_min=2)
+    ip.settle()
+    job = ip.job(jid)
+    assert job.state == "RUNNING"
+    other = next(n for n in ip.agents if n != job.batch_host)
+    applier = ip.ctl.applier
+    try:
+        with applier.transaction():
+            applier.job(job, events.Cancel(by_uid=ip.uid), applier.ctl_now())
+            applier.job(job, events.Ended(node=job.batch_host), applier.ctl_now())
+            assert _ends(ip, jid)[other] == []  # not while the transaction is open
+            raise RuntimeError("the commit fails")
+    except RuntimeError:
+        pass
+    # never for a rolled-back change (in the daemon a failed commit is StoreLost: a restart)
+    assert _ends(ip, jid)[other] == []

@@ -37,6 +37,7 @@ class Applier:
         self.ctl = ctl
         self._depth = 0
         self._queue: list = []
+        self._after: list = []  # callables for after the commit (after_commit)
         self._policy: jobfsm.Policy | None = None
         self.armed: set[int] = set()  # jobs with a timer set (a preemption's grace time)
 
@@ -102,6 +103,7 @@ class Applier:
             self._depth -= 1
             if self._depth == 0:
                 self._queue.clear()
+                self._after.clear()
             raise
         self._depth -= 1
         if self._depth == 0:
@@ -140,8 +142,18 @@ class Applier:
             diag.job_transition(job, before)
 
     # ---- effects (after the commit) --------------------------------------------------------
+    def after_commit(self, fn) -> None:
+        """Run ``fn()`` once the transaction now open has committed, after its effects; never
+        if it fails. Outside a transaction, at once. For the controller's own messages that
+        follow from a change made inside one (the end-of-job message of released resources,
+        muster.controller.prologs): nothing leaves before the change it reports is durable."""
+        if self._depth == 0:
+            fn()
+        else:
+            self._after.append(fn)
+
     def _flush(self) -> None:
-        while self._queue:
+        while self._queue or self._after:
             batch, self._queue = self._queue, []
             if any(isinstance(e, fx.Launch) for _, e in batch):
                 crash_point("after_start_commit")  # starts committed, launches not yet sent
@@ -150,6 +162,12 @@ class Applier:
                     self._dispatch(job, e)
                 except Exception:  # one failed send must not lose the others
                     log.exception("dispatching %r failed", e)
+            after, self._after = self._after, []
+            for fn in after:
+                try:
+                    fn()
+                except Exception:
+                    log.exception("after-commit action %r failed", fn)
 
     def _dispatch(self, job, e) -> None:
         ctl = self.ctl

@@ -30,10 +30,12 @@ node script is configured: it saw the job end itself (its script ended, or it wa
 terminate), so a single-node batch job costs no extra message. A node that was also sent a
 ``terminate`` for this run still gets it: that terminate may have waited in an outbox that a
 controller restart lost, and a second end is a no-op on the node. To a node that is away the
-message waits in the outbox like any other. No protocol bump: the op is as old as node
-Epilogs (issue 14), so an older agent that knows it acts the same (less the container cleanup
-if it predates issue 18), and one older than the op logs it as unknown and drops it — no worse
-than the nothing it was sent before.
+message waits in the outbox like any other. It leaves after the commit of the transaction that
+released the resources (``Applier.after_commit``), behind that transaction's effects (a
+cancel's ``terminate`` first), never for a change that was rolled back. No protocol bump: the
+op is as old as node Epilogs (issue 14), so an older agent that knows it acts the same (less
+the container cleanup if it predates issue 18), and one older than the op logs it as unknown
+and drops it — no worse than the nothing it was sent before.
 
 With an Epilog configured the job's resources on a node stay taken — the node shows
 COMPLETING — until that node reports its epilog done. Such holds live in memory: after a
@@ -290,7 +292,8 @@ class Prologs:
         an Epilog configured, ``a``'s resources stay held there until the node reports it."""
         msg = {"op": "epilog", "job_id": job.job_id, "run": job.restarts, "uid": job.uid,
                "gid": job.gid, "prolog_env": self.node_env(job, a.node)}
-        self.ctl.send_to_node(a.node, msg)
+        node = a.node
+        self.ctl.applier.after_commit(lambda: self.ctl.send_to_node(node, msg))
         if self.cfg.epilog:
             self._hold(job.job_id, job.restarts, a, msg)
 
