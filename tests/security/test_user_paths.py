@@ -316,6 +316,37 @@ def test_proc_self_fd_reaches_no_root_descriptor(cluster, arena):
         assert not secrets & set(got), (n, got[:5])
 
 
+def test_a_pooled_supervisors_own_descriptors_are_out_of_reach(cluster, arena):
+    """A reused batch supervisor keeps two descriptors of root's across jobs: its channel to
+    the zygote and the job's end pipe (muster.agent.supervisor.run_pooled). A job naming any
+    descriptor of a supervisor as ``/proc/self/fd/N`` for its input or output gets none of
+    root's: the open fails the user's permission check (root's pipes are mode 0600; a socket
+    cannot be opened at all) — or, where N is by then the job's own file, that file. So no
+    job can read or write the pipe whose end tells the agent a job is over, and a job running
+    beside it is untouched."""
+    other = cluster.sbatch("-o", "/dev/null", "--wrap", "sleep 30", user=TEST_USER,
+                           cwd=arena.user)
+    cluster.wait_state(other, "RUNNING")
+    pid = wait_for(lambda: supervisor_pid(cluster, other), 20, what="the supervisor's pid")
+    fds = [int(fd) for fd in os.listdir(f"/proc/{pid}/fd") if int(fd) > 2]
+    assert any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(("pipe:", "socket:"))
+               for fd in fds), "a supervisor holds root's pipes"
+    roots = ("pipe:", "socket:", "anon_inode:")
+    for n in fds:
+        got = arena.path(f"pooled-fd-{n}.in")
+        jid = cluster.sbatch("-i", f"/proc/self/fd/{n}", "-o", got, "--wrap",
+                             "readlink /proc/self/fd/0", user=TEST_USER, cwd=arena.user)
+        if cluster.wait_done(jid) == "COMPLETED":
+            assert not read(got).startswith(roots), (n, read(got))
+        got = arena.path(f"pooled-fd-{n}.err")
+        jid = cluster.sbatch("-o", f"/proc/self/fd/{n}", "-e", got, "--wrap",
+                             "readlink /proc/self/fd/1 >&2", user=TEST_USER, cwd=arena.user)
+        if cluster.wait_done(jid) == "COMPLETED":
+            assert not read(got).startswith(roots), (n, read(got))
+    assert cluster.state_of(other) == "RUNNING"  # its end was not faked
+    assert cluster.run(["scancel", str(other)]).rc == 0
+
+
 def test_terminal_input_never_becomes_the_supervisors_tty(cluster, arena):
     """The supervisor is a session leader: had it opened a terminal (for reading: the kernel
     gives a controlling tty only to an open with read access) without O_NOCTTY, that terminal
