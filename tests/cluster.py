@@ -30,6 +30,17 @@ def user_exists(name: str) -> bool:
         return False
 
 
+def require_root_and_users(*users: str) -> None:
+    """Fail (never skip) a test that acts as other users where it cannot: not root, or one
+    of ``users`` missing (CI runs as root and .ci/run creates them)."""
+    import pytest
+    if os.getuid() != 0:
+        pytest.fail("these tests act as other users and must run as root (as CI does)")
+    for u in users:
+        if not user_exists(u):
+            pytest.fail(f"test user {u} missing: run .ci/run (it creates it) or `useradd {u}`")
+
+
 def wait_for(cond, timeout: float = 20.0, interval: float = 0.02, what: str = "condition"):
     """Poll ``cond`` until it returns a truthy value; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout

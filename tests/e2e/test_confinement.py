@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from cluster import TEST_USER, _alive, private_cluster, start_agent, user_exists, wait_for
+from cluster import TEST_USER, _alive, private_cluster, read, start_agent, user_exists, wait_for
 
 ALLOCATE = r'''
 import sys
@@ -86,14 +86,6 @@ def cc():
                 fh.write(text)
             os.chmod(path, 0o755)
         yield c
-
-
-def read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def sacct_rows(c, jid: int) -> dict[str, tuple[str, str]]:

@@ -6,12 +6,11 @@ Layouts, messages and exit codes are the real Slurm's (captured on the reference
 scontrol_show_config.txt in /work/shared/reference/slurm-22.05/ for the configuration).
 """
 
-import os
 import re
 
 import pytest
 
-from cluster import TEST_USER, TEST_USER2, private_cluster, user_exists, wait_for
+from cluster import TEST_USER, TEST_USER2, private_cluster, require_root_and_users, wait_for
 from shared_path import SHARED
 
 REF = SHARED / "reference" / "slurm-22.05" / "scontrol_show_config.txt"
@@ -25,11 +24,7 @@ TWO_STEPS = ("srun -N2 -n2 sleep 300 & "
 
 @pytest.fixture(scope="module")
 def c():
-    if os.getuid() != 0:
-        pytest.fail("these tests act as other users and must run as root (as CI does)")
-    for u in (TEST_USER, TEST_USER2):
-        if not user_exists(u):
-            pytest.fail(f"test user {u} missing: run .ci/run (it creates it) or `useradd {u}`")
+    require_root_and_users(TEST_USER, TEST_USER2)
     with private_cluster("muster-qparity-", nodes=2, gpus=0, cpus=4) as cl:
         yield cl
 

@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from cluster import TEST_USER, TEST_USER2, private_cluster, user_exists, wait_for
+from cluster import (TEST_USER, TEST_USER2, private_cluster, read, require_root_and_users,
+                     wait_for)
 
 NEGATIVE_WINDOW = 1.5
 TASKS = ("0.0", "0.1", "1.0", "1.1")  # <step>.<rank>
@@ -61,11 +62,7 @@ echo "batch shell done"
 
 @pytest.fixture(scope="module")
 def c():
-    if os.getuid() != 0:
-        pytest.fail("these tests act as other users and must run as root (as CI does)")
-    for u in (TEST_USER, TEST_USER2):
-        if not user_exists(u):
-            pytest.fail(f"test user {u} missing: run .ci/run (it creates it) or `useradd {u}`")
+    require_root_and_users(TEST_USER, TEST_USER2)
     with private_cluster("muster-scstep-", nodes=2, gpus=0, cpus=4,
                          extra_conf="KillWait=5") as cl:
         cl.task = os.path.join(cl.workdir, "task.py")
@@ -76,14 +73,6 @@ def c():
             fh.write(BATCH.replace("{python}", sys.executable).replace("{task}", cl.task))
         os.chmod(cl.batch_script, 0o755)
         yield cl
-
-
-def read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def got(d: str, who: str) -> list[str]:

@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from cluster import _alive, private_cluster, wait_for
+from cluster import _alive, private_cluster, read, wait_for
 from muster.common import pidfile
 
 
@@ -63,14 +63,6 @@ def set_nodes(c, names: list[str]) -> None:
 def reconfigure(c) -> None:
     r = c.run(["scontrol", "reconfigure"])
     assert (r.rc, r.err) == (0, ""), r
-
-
-def read(path: str) -> str:
-    try:
-        with open(path) as fh:
-            return fh.read()
-    except FileNotFoundError:
-        return ""
 
 
 def gated_job(c, node: str, gate: str) -> int:

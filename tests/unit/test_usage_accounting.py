@@ -36,6 +36,16 @@ def start_task(megs: int, burn: float = 0.0) -> subprocess.Popen:
     return p
 
 
+def kill_sessions(*procs: subprocess.Popen) -> None:
+    """SIGKILL each task's session (it may have ended) and reap it."""
+    for q in procs:
+        try:
+            os.killpg(q.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        q.wait()
+
+
 @pytest.mark.parametrize("text,secs", [
     ("task=1", 1), ("30", 30), ("energy=5,task=7,network=0", 7), ("", 30), ("task=0", 0),
     ("filesystem=9", 30)])
@@ -64,12 +74,7 @@ def test_sampler_follows_the_tasks_session_and_counts_reaped_children():
         assert final["rss"] == 0 and final["max_rss"] == t["max_rss"]
         assert final["user_ms"] >= t["user_ms"] and s.next_due is None and not s.live
     finally:
-        for q in (p, other):
-            try:
-                os.killpg(q.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            q.wait()
+        kill_sessions(p, other)
 
 
 def test_final_figures_come_from_wait4_without_any_sample():
@@ -303,12 +308,7 @@ def test_live_sample_lists_the_tasks_processes_and_the_final_report_none(tmp_pat
         s.exited(0, ru)
         assert s.pids == []
     finally:
-        for q in (p, other):
-            try:
-                os.killpg(q.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            q.wait()
+        kill_sessions(p, other)
 
 
 def test_confined_sample_lists_the_cgroup_members():

@@ -185,7 +185,9 @@ def _rmtree(path: str) -> None:
     shutil.rmtree(path, onerror=again)
 
 
-def _run(argv: list[str], what: str) -> None:
+def _run(argv: list[str], what: str, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess:
+    """Run an unpack tool; CacheError (its last line of output) unless it exits with one of
+    ``ok``."""
     try:
         r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            timeout=UNPACK_TIMEOUT)
@@ -193,9 +195,10 @@ def _run(argv: list[str], what: str) -> None:
         raise CacheError(f"{what}: {argv[0]} is not installed") from None
     except subprocess.TimeoutExpired:
         raise CacheError(f"{what}: {argv[0]} did not finish in {UNPACK_TIMEOUT} s") from None
-    if r.returncode != 0:
+    if r.returncode not in ok:
         tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [f"exit {r.returncode}"]
         raise CacheError(f"{what}: {tail[0]}")
+    return r
 
 
 def _unpack_into(image: str, tmp: str) -> None:
@@ -244,23 +247,14 @@ def _unsquash(image: str, tmp: str) -> None:
     attributes left out: the user cannot make them), and a runtime config holding the
     environment enroot recorded in /etc/environment."""
     rootfs = os.path.join(tmp, "rootfs")
-    argv = ["unsquashfs", "-no-progress", "-no-xattrs", "-ignore-errors", "-d", rootfs, image]
-    try:
-        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=UNPACK_TIMEOUT)
-    except FileNotFoundError:
-        raise CacheError(f"unpack {image}: unsquashfs is not installed (squashfs-tools)") \
-            from None
-    except subprocess.TimeoutExpired:
-        raise CacheError(f"unpack {image}: unsquashfs did not finish in {UNPACK_TIMEOUT} s") \
-            from None
+    r = _run(["unsquashfs", "-no-progress", "-no-xattrs", "-ignore-errors", "-d", rootfs, image],
+             f"unpack {image}", ok=(0, 2))
     # 2: non-fatal errors. Only device nodes may be among them (a user cannot make one; the
     # runtime gives the container its /dev): any other (a full disk) fails the unpack
-    errors = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    others = [ln for ln in errors if not any(d in ln for d in _DEVICE_ERRORS)]
-    if r.returncode not in (0, 2) or (r.returncode == 2 and others):
-        tail = others[-1:] or [f"unsquashfs exit {r.returncode}"]
-        raise CacheError(f"unpack {image}: {tail[0].strip()}")
+    others = [ln.strip() for ln in r.stderr.splitlines()
+              if ln.strip() and not any(d in ln for d in _DEVICE_ERRORS)]
+    if r.returncode == 2 and others:
+        raise CacheError(f"unpack {image}: {others[-1]}")
     env = _enroot_environment(os.path.join(rootfs, "etc", "environment"))
     if not any(e.startswith("PATH=") for e in env):
         env.insert(0, "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
