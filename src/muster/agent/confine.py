@@ -54,6 +54,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 import logging
 import os
 from dataclasses import dataclass
+from collections.abc import Set
 from typing import Any
 
 from muster.agent import cgroup as cg
@@ -569,11 +570,15 @@ class StepCgroup:
         except cg.CgroupError:
             return 0
 
-    def signal(self, sig: int) -> None:
+    def signal(self, sig: int, spared_pgids: Set[int] = frozenset()) -> None:
         """``sig`` to every process of the step (scancel, the time limit: what left the
-        task's session gets it too, as with Slurm's proctrack/cgroup)."""
+        task's session gets it too, as with Slurm's proctrack/cgroup) — but those of the
+        process groups in ``spared_pgids``, which the caller signalled already: each process
+        gets a signal once (a handler run twice would, say, checkpoint twice)."""
         for pid in self.pids():
             try:
+                if spared_pgids and os.getpgid(pid) in spared_pgids:
+                    continue
                 os.kill(pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
@@ -650,8 +655,10 @@ def oom_line(job_id: int, step: str, n: int) -> str:
             "out-of-memory handler.\n")
 
 
-def signal_step(step: StepCgroup | None, *sigs: int) -> None:
-    """``sigs``, in order, to every process of the step (nothing when unconfined)."""
+def signal_step(step: StepCgroup | None, *sigs: int,
+                spared_pgids: Set[int] = frozenset()) -> None:
+    """``sigs``, in order, to every process of the step outside ``spared_pgids`` (nothing when
+    unconfined)."""
     if step is not None:
         for sig in sigs:
-            step.signal(sig)
+            step.signal(sig, spared_pgids)

@@ -437,12 +437,12 @@ class _StepD:
             msg = (f"slurmstepd: error: *** STEP {self.L['job_id']}.{self.L['step_id']} ON {self.node} "
                    f"CANCELLED AT {stamp}{WHY_TEXT.get(why, '')} ***\n").encode()
             self._send(io.pack(io.STDERR, self.L["tasks"][0], msg))
-        for t in self.tasks:
-            if t.status is None:
-                _killpg(t.pid, signal.SIGCONT)
-                _killpg(t.pid, signal.SIGTERM)
-        # what left the tasks' sessions (setsid) gets it too: the whole step's cgroup
-        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
+        live = {t.pid for t in self.tasks if t.status is None and t.pid is not None}
+        for pgid in live:
+            _killpg(pgid, signal.SIGCONT)
+            _killpg(pgid, signal.SIGTERM)
+        # what left the tasks' sessions (setsid) gets it too: the rest of the step's cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM, spared_pgids=live)
         self.kill_at = time.time() + self.L.get("kill_wait", 30)
 
     def _done(self) -> bool:

@@ -352,8 +352,8 @@ class _Supervisor:
         write_unstalled(self.err_fd, line.encode())
         _killpg(pid, signal.SIGCONT)
         _killpg(pid, signal.SIGTERM)
-        # what left the shell's process group (setsid) gets it too: the whole step's cgroup
-        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM)
+        # what left the shell's process group (setsid) gets it too: the rest of the cgroup
+        confine.signal_step(self.cg, signal.SIGCONT, signal.SIGTERM, spared_pgids={pid})
 
     def _send_warning(self, pid: int, spec: dict) -> None:
         """``--signal=B:SIG@T``: SIGCONT then SIG to the batch shell alone — not its children
