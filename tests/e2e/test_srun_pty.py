@@ -176,9 +176,12 @@ def test_interactive_shell_on_a_pty(c, term):
     wait_for(lambda: procs_with("sleep 1002"), what="remote sleep 1002")
     t.send("\x1a")
     t.expect(r"Stopped\s+sleep 1002")
-    assert [s for _, s in procs_with("sleep 1002")] == ["T"]
+    stopped = procs_with("sleep 1002")
+    assert [s for _, s in stopped] == ["T"]
     t.send("kill -9 %1\r")
-    wait_for(lambda: not procs_with("sleep 1002"), what="stopped job killed")
+    # gone from /proc, not just a zombie: the remote shell has reaped it, so its job table knows
+    pid = stopped[0][0]
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), what="stopped job killed and reaped")
     # the shell has no stopped job left (bash's own "Killed" notice may come before or after
     # the next prompt, as its SIGCHLD falls: not asserted)
     t.send("jobs -s; echo W$((1+1))W\r")
