@@ -87,6 +87,42 @@ def test_cache_entries_follow_the_job_object_and_drop():
     assert len(cache) == 2
 
 
+def test_the_last_listing_is_reused_only_while_nothing_changed():
+    js = jobs()
+    cache = RecordCache()
+    first = cache.listing(js)
+    assert cache.listing(list(js)) is first  # the same job objects, in order: not laid out again
+    assert cache.listing(js[::-1]) is not first  # another order (or selection): laid out
+    again = cache.listing(js)
+    assert again is not first and bytes(again) == bytes(first)
+    js[0].priority = 77
+    cache.drop(js[0].job_id)  # a change (save() drops it): rebuilt, the listing with it
+    changed = cache.listing(js)
+    assert b'"number":77' in bytes(changed) and b'"number":77' not in bytes(again)
+    reloaded = Job.from_store(js[1].to_store())  # same id, another object
+    reloaded.name = "other"
+    swapped = cache.listing([js[0], reloaded, *js[2:]])
+    assert b'"name":"other"' in bytes(swapped) and b'"name":"other"' not in bytes(changed)
+    cache.drop(12345)  # a job never listed: the listing stands
+    assert cache.listing([js[0], reloaded, *js[2:]]) is swapped
+
+
+@pytest.mark.parametrize("head", [{}, {"ok": True, "now": 5, "cluster": "c é"}])
+@pytest.mark.parametrize("size", [10, 1 << 17])
+def test_a_large_raw_member_is_written_apart_and_frames_the_same(head, size):
+    """netio.Link.frames: the pieces, joined, are the frame encode() makes (on a plain link
+    a large raw last member is written from its own buffer, not copied into the frame)."""
+    from muster.common.netio import Link
+    link = Link(None, None)  # type: ignore[arg-type]  # framing only: no stream is touched
+    records = b"[" + b",".join([b'{"a":"x"}'] * (size // 10)) + b"]"
+    obj = {**head, "records": msgspec.Raw(records)}
+    pieces = link.frames(obj)
+    assert b"".join(bytes(p) for p in pieces) == bytes(link.encode(obj))
+    assert len(pieces) == (3 if size > 1 << 16 else 1)
+    body = b"".join(bytes(p) for p in pieces)[wire.HEADER.size:]
+    assert msgspec.json.decode(body) == {**head, "records": msgspec.json.decode(records)}
+
+
 # ---- the reply's head, decoded; its tail, left as bytes ----------------------------------
 
 def reply(head: dict, records: bytes) -> bytes:

@@ -37,6 +37,7 @@ log = logging.getLogger("muster.netio")
 
 _enc = msgspec.json.Encoder()
 _dec = msgspec.json.Decoder()
+_SPLIT_RAW = 1 << 16  # a reply's raw last member from this size is written apart (Link.frames)
 
 
 class BadFrame(Exception):
@@ -183,6 +184,22 @@ class Link:
             HEADER.pack_into(buf, 0, len(buf) - HEADER.size)
             return memoryview(buf)
         return self.encode_body(_enc.encode(obj))
+
+    def frames(self, obj: dict) -> list[bytes | memoryview]:
+        """The frame for ``obj`` as pieces to write in order (joined, they are
+        :meth:`encode`'s bytes). On a plain link a reply whose last member is a large
+        msgspec.Raw (squeue --json's records, megabytes) is laid out around it: the header
+        and the members before it, the raw bytes themselves (a view, never copied here) and
+        the closing brace, so the transport's buffer is the only copy of the megabytes
+        (:meth:`encode` copies them once more, into the frame)."""
+        if self.sealer is None and obj:
+            key, last = next(reversed(obj.items()))
+            if isinstance(last, msgspec.Raw) and len(last) >= _SPLIT_RAW:
+                head = _enc.encode({k: v for k, v in obj.items() if k != key})
+                prefix = head[:-1] + (b"," if len(head) > 2 else b"") + _enc.encode(key) + b":"
+                size = len(prefix) + len(last) + 1
+                return [HEADER.pack(size) + prefix, memoryview(last), b"}"]
+        return [self.encode(obj)]
 
     def encode_body(self, body: bytes) -> bytes:
         """The frame for an already encoded body (a relay passes bodies through)."""

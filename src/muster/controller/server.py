@@ -456,12 +456,13 @@ class Controller:
                 if asyncio.iscoroutine(reply):
                     reply = await reply
                 try:
-                    data = link.encode(reply)
+                    pieces = link.frames(reply)
                 except Exception:
                     log.exception("reply to %r could not be encoded", msg.get("op"))
-                    data = link.encode({"ok": False, "code": "internal",
-                                        "error": "Unexpected controller error"})
-                writer.write(data)
+                    pieces = [link.encode({"ok": False, "code": "internal",
+                                           "error": "Unexpected controller error"})]
+                for data in pieces:
+                    writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
