@@ -19,7 +19,7 @@ import tarfile
 
 import pytest
 
-from cluster import TEST_USER, private_cluster, user_exists, wait_for
+from cluster import TEST_USER, _alive, private_cluster, start_agent, user_exists, wait_for
 from muster.agent import userns
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -202,6 +202,30 @@ def test_named_containers_go_on_every_node_of_an_srun_allocation(cc, image):
     assert sorted(r.out.split()) == sorted([str(jid), "kept"] * 2), r
     wait_for(lambda: not _named_on(jid), timeout=30,
              what=f"job {jid}'s named containers removed on both nodes")
+
+
+def test_named_containers_go_when_the_job_ended_while_its_agent_was_down(cc, image):
+    """The agent's table of container jobs outlives it: node1's agent is killed while the
+    job runs, the batch script ends with no agent there, and the agent started afterwards
+    finds the end (its status file) and has the named container removed."""
+    go = os.path.join(cc.workdir, "restart.go")
+    out = os.path.join(cc.workdir, "restart.out")
+    script = (f"#!/bin/sh\nsrun --container-image={image} --container-name=kept "
+              "sh -c 'echo made > /state'\n"
+              f"while [ ! -e {go} ]; do sleep 0.1; done\necho finished\n")
+    jid = cc.sbatch("-w", "node1", "-o", out, user=TEST_USER, cwd=cc.workdir, input=script)
+    wait_for(lambda: _named_on(jid) == ["node1"], timeout=90, what="the named container made")
+    old = cc.pids()["agents"]["node1"]
+    os.kill(old, 9)
+    wait_for(lambda: not _alive(old), what="node1's agent gone")
+    with open(go, "w"):
+        pass
+    wait_for(lambda: "finished" in read(out), timeout=30, what="the script's end, agent away")
+    assert _named_on(jid) == ["node1"]  # no agent: nothing removed it yet
+    start_agent(cc, "node1")
+    wait_for(lambda: not _named_on(jid), timeout=60,
+             what=f"job {jid}'s named container removed by the restarted agent")
+    assert cc.wait_done(jid, timeout=60) == "COMPLETED", read(out)
 
 
 def test_memory_limit_holds_inside_the_container(cc, image):

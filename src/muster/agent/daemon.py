@@ -137,7 +137,9 @@ class Agent:
         self.unacked: dict[tuple[int, int], dict] = {}  # ended, not yet acknowledged
         self.steps: dict[tuple[int, int, int], dict] = {}  # (job, step, run) -> stepd process
         self.unacked_steps: dict[tuple[int, int, int], dict] = {}
-        self.oci_jobs = ocijobs.ContainerJobs(node_name)  # named containers to remove at the end
+        # named containers to remove at the end (kept across restarts)
+        self.oci_jobs = ocijobs.ContainerJobs(node_name, os.path.join(self.spool,
+                                                                      "container-jobs.json"))
         self.link: Link | None = None  # set once the controller has proved itself
         # emulation (run_many): the nodes of one process take turns to open their links
         self.connect_gate: asyncio.Semaphore | None = None
@@ -220,8 +222,11 @@ class Agent:
                 continue
             self._follow(job_id, run, pid, pidfd, child=False)
             self._adopt(job_id, d)
+        running = self._running_jobs()
+        for job_id, _run in self.unacked:  # batch scripts that ended while no agent ran
+            self.oci_jobs.ended(job_id, busy=job_id in running)
         if self.confine is not None:
-            self.confine.remove_stale(self._running_jobs())
+            self.confine.remove_stale(running)
 
     def _adopt(self, job_id: int, d: str) -> None:
         """A job still running after a restart keeps its cgroup and CPU slots."""

@@ -14,13 +14,17 @@ batch host is spared it when no node script is configured, having seen the end i
 and nothing of it still runs here. So every node of a job removes its containers, however
 the job ends; a node that is away when the job ends does so when it is back (the message
 waits in the controller's outbox). Between the steps of an allocation none of these
-happens, so the containers stay for its next step. What is still left in the user's /tmp
-directory: the containers of jobs noted before an agent restart (this table is in memory).
+happens, so the containers stay for its next step. The table survives an agent restart
+(``<SlurmdSpoolDir>/container-jobs.json``, root's, 0600, rewritten on each change: only
+container jobs change it): a job noted before a restart is still cleaned when its end
+arrives after it (the controller's outbox holds the end-of-job message while the node is
+away).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -34,25 +38,61 @@ log = logging.getLogger("muster.agent")
 
 
 class ContainerJobs:
-    """Per node: job -> (uid, gid, groups, conf_dir) of jobs that ran a container task."""
+    """Per node: job -> (uid, gid, groups, conf_dir) of jobs that ran a container task, and
+    the jobs among them that are over (cleaned once nothing of them runs). ``path``: where
+    the table is kept across restarts (None: in memory only)."""
 
-    def __init__(self, node: str):
-        self.node = node
+    def __init__(self, node: str, path: str | None = None):
+        self.node, self.path = node, path
         self.users: dict[int, tuple[int, int, list[int], str]] = {}
         self.over: set[int] = set()
+        self._load()
+
+    def _load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            with open(self.path) as fh:
+                saved = json.load(fh)
+            for jid, (uid, gid, groups, conf_dir, over) in saved.items():
+                self.users[int(jid)] = (int(uid), int(gid), [int(g) for g in groups],
+                                        str(conf_dir))
+                if over:
+                    self.over.add(int(jid))
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, TypeError) as exc:  # damaged: what it held is lost
+            log.warning("%s: container job table unreadable, starting empty: %s", self.path, exc)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        data = json.dumps({str(j): [*u, j in self.over] for j, u in self.users.items()})
+        tmp = self.path + ".tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(data)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            log.warning("%s: cannot save the container job table: %s", self.path, exc)
 
     def note(self, L: dict) -> None:
         """A launch (batch or step): remember the job when it asks for a container."""
         if oci.wanted(L.get("env") or {}) and isinstance(L.get("uid"), int):
-            self.users[L["job_id"]] = (L["uid"], L["gid"], list(L.get("groups") or []),
-                                       L.get("conf_dir") or "")
-            self.over.discard(L["job_id"])
+            entry = (L["uid"], L["gid"], list(L.get("groups") or []), L.get("conf_dir") or "")
+            if self.users.get(L["job_id"]) != entry or L["job_id"] in self.over:
+                self.users[L["job_id"]] = entry
+                self.over.discard(L["job_id"])
+                self._save()
 
     def ended(self, job_id: int, busy: bool) -> None:
         """The job is over on this node (module doc); clean now unless something of it still
         runs (then :meth:`idle` does, when the last of it ends)."""
         if job_id in self.users:
-            self.over.add(job_id)
+            if job_id not in self.over:
+                self.over.add(job_id)
+                self._save()
             if not busy:
                 self.idle(job_id)
 
@@ -62,6 +102,7 @@ class ContainerJobs:
             return
         self.over.discard(job_id)
         uid, gid, groups, conf_dir = self.users.pop(job_id)
+        self._save()
         if os.getuid() != 0 and os.getuid() != uid:
             return  # an unprivileged agent runs only its own user's jobs
         root = os.getuid() == 0
