@@ -101,3 +101,22 @@ def test_salloc_range_gets_three_nodes(c):
     first, *names = r.out.split("\n")
     assert first == "nn=3", r.out
     assert len(set(filter(None, names))) == 3, r.out
+
+
+def test_use_min_nodes_takes_the_fewest_nodes_that_fit(c):
+    """--use-min-nodes: srun gets the minimum on an idle cluster; sbatch's environment
+    variable form (SBATCH_USE_MIN_NODES) does the same; -n that needs more nodes than the
+    minimum gets just enough (8 one-CPU tasks on 4-CPU nodes: two)."""
+    r = c.run(["srun", "-N1-3", "--use-min-nodes", "printenv", "SLURMD_NODENAME"], cwd=c.workdir)
+    assert r.rc == 0, r
+    assert len(r.out.split()) == 1, r.out
+    r = c.run(["srun", "-N1-4", "-n8", "--use-min-nodes", "printenv", "SLURMD_NODENAME"],
+              cwd=c.workdir)
+    assert r.rc == 0, r
+    assert len(r.out.split()) == 8 and len(set(r.out.split())) == 2, r.out
+    r = c.run(["sbatch", "--parsable", "-N2-4", "-o", "/dev/null", "--wrap", "true"],
+              cwd=c.workdir, env={"SBATCH_USE_MIN_NODES": "1"})
+    assert r.rc == 0, r
+    jid = int(r.out.strip())
+    assert c.wait_done(jid) == "COMPLETED"
+    assert field(show_job(c, jid), "NumNodes") == "2"

@@ -176,7 +176,7 @@ def test_request_key_covers_every_field_the_normalisation_reads():
                "switch_wait": 9, "constraint": parse_constraint("f"), "reservation": "r",
                "nice": 3, "eligible_time": 4, "fixed_priority": True, "requeue": False,
                "cpus_per_gpu": 4, "deadline": 99, "min_cpus": 3, "contiguous": True,
-               "min_tmp": 100}
+               "min_tmp": 100, "use_min_nodes": True}
     assert set(changed) == {f.name for f in dataclasses.fields(JobView)}
     for name, value in changed.items():
         other = dataclasses.replace(base, **{name: value})

@@ -166,3 +166,18 @@ def test_a_step_with_a_range_uses_as_many_allocation_nodes_as_it_may():
     lay = layout(alloc[:2], {}, {}, StepRequest(nodes_min=1, nodes_max=3))
     assert lay.tasks_per_node == [1, 1]
     assert layout(alloc, {}, {}, StepRequest(nodes_min=1, nodes_max=1)).tasks_per_node == [1]
+
+
+def test_use_min_nodes_takes_as_few_nodes_as_fit():
+    """--use-min-nodes (Slurm: "prefer the smaller count"): the range does not grow; more
+    than the minimum only where the tasks need more nodes to fit."""
+    four = nodes(4)
+    a = place(job(1, nodes_min=1, nodes_max=3, mem_per_cpu=1, use_min_nodes=True), four, CFG)
+    assert a is not None and len(a.nodes) == 1
+    a = place(job(1, nodes_min=2, nodes_max=4, ntasks=4, mem_per_cpu=1, use_min_nodes=True),
+              four, CFG)
+    assert len(a.nodes) == 2 and sorted(n.tasks for n in a.nodes) == [2, 2]
+    small = nodes(4, cpus=2)  # 5 one-CPU tasks need three 2-CPU nodes: three, not four
+    a = place(job(1, nodes_min=1, nodes_max=4, ntasks=5, mem_per_cpu=1, use_min_nodes=True),
+              small, CFG)
+    assert len(a.nodes) == 3 and sum(n.tasks for n in a.nodes) == 5

@@ -136,7 +136,7 @@ _JOB = {
     "core-spec": ("  -S, --core-spec=cores", "[warned: no specialized cores]"),
     "spread-job": ("      --spread-job", "[warned: nodes are chosen best-fit]"),
     "switches": ("      --switches=max-switches{@max-time-to-wait}",
-                 "\n[warned: switch counts are not requested]"),
+                 "\nat most this many leaf switches (topology)"),
     "thread-spec": ("      --thread-spec=threads", "[warned: no specialized threads]"),
     "time": ("  -t, --time=minutes", "time limit (minutes, or [D-]HH:MM:SS and the like)"),
     "time-min": ("      --time-min=minutes", "the least time limit the job accepts: the\n"
@@ -144,7 +144,7 @@ _JOB = {
     "tres-per-task": ("      --tres-per-task=list", "[warned: use --gpus-per-task or\n"
                                                    "--cpus-per-task]"),
     "uid": ("      --uid=user_id", "run the job as this user (root only)"),
-    "use-min-nodes": ("      --use-min-nodes", "[warned: nodes are chosen best-fit]"),
+    "use-min-nodes": ("      --use-min-nodes", "a node range takes as few nodes as fit"),
     "verbose": ("  -v, --verbose", "[ignored: Muster's commands print no debug output]"),
     "wait-all-nodes": ("      --wait-all-nodes=0|1", "[ignored: nodes are up before a job\n"
                                                      "starts]"),

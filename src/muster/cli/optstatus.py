@@ -104,9 +104,9 @@ STATUS: dict[str, object] = {
     "gres-flags": (W, "no CPU-GPU affinity"), "mem-bind": (W, "no NUMA memory binding"),
     "tmp": (H, "a node serves the job only with TmpDisk (slurm.conf, default 0) at least "
                "that large; more than every node has is refused"),
-    "spread-job": (W, "nodes are chosen best-fit"), "use-min-nodes": (W, "a node range always "
-                                                                         "takes as many nodes "
-                                                                         "as are free"),
+    "spread-job": (W, "nodes are chosen best-fit"),
+    "use-min-nodes": (H, "a node range takes as few nodes as fit instead of as many as are "
+                         "free"),
     "switches": (H, "with TopologyPlugin=topology/tree|block: at most N leaf switches (blocks), "
                     "waited for up to the time given (default max_switch_wait, 300 s); "
                     "without one it changes nothing"),

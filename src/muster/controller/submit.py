@@ -47,7 +47,8 @@ _STR_FIELDS = ("name", "script_name", "partition", "account", "qos", "reservatio
                "std_out", "std_err", "std_in", "command", "submit_line", "submit_host",
                "submit_dir", "constraint", "mail_type", "mail_user", "licenses", "gpu_bind",
                "clusters", "wckey")
-_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive", "contiguous", "overcommit")
+_BOOL_FIELDS = ("wrap", "requeue", "hold", "exclusive", "contiguous", "overcommit",
+                "use_min_nodes")
 
 
 def _bad(msg: str, code: str = "invalid_request") -> RequestError:
@@ -640,6 +641,7 @@ def _node_shape_options(job: Job, req: dict) -> None:
         raise _bad("Invalid --tmp specification")
     job.min_tmp_disk = tmp or None
     job.contiguous = bool(req.get("contiguous"))
+    job.use_min_nodes = bool(req.get("use_min_nodes"))
     job.wckey = req.get("wckey") or None
 
 

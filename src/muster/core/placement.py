@@ -21,7 +21,8 @@ Semantics (CPUs are the allocation unit, memory is consumable):
   nodes as for ``-N k -n t``. Growth never turns a fit into a misfit: a request that fits
   its minimum fits grown. A contiguous request does not grow (its window stays the
   shortest). The backfill planner plans with the minimum (``grow`` off) and grows only
-  at a start now (:mod:`muster.core.backfill`).
+  at a start now (:mod:`muster.core.backfill`). ``--use-min-nodes`` (Slurm: "prefer the
+  smaller count") turns growth off: the job takes as few nodes as the rules above give.
 * Memory per node, first rule that applies: ``mem_per_node`` (0 = all memory of the node,
   which needs the node's memory untouched), ``mem_per_cpu`` × CPUs, ``mem_per_gpu`` × GPUs
   (GPU jobs only), then the config defaults in the order DefMemPerGPU (GPU jobs),
@@ -185,7 +186,7 @@ def request_key(job: JobView) -> tuple[Any, ...]:
     return (job.cpus_per_task, job.nodes_min, job.nodes_max, job.ntasks_per_node, job.ntasks,
             job.gpus_per_task, job.gpus_per_node, job.gpus_total, job.mem_per_node,
             job.mem_per_cpu, job.mem_per_gpu, job.gpu_type, job.exclusive, job.cpus_per_gpu,
-            job.min_cpus, job.contiguous, job.min_tmp)
+            job.min_cpus, job.contiguous, job.min_tmp, job.use_min_nodes)
 
 
 def _normalise(job: JobView, cfg: SchedConfig) -> Request:
@@ -231,7 +232,7 @@ def _normalise(job: JobView, cfg: SchedConfig) -> Request:
         gpu_mode=gpu_mode, gpus=gpus or 0, gpu_type=job.gpu_type if wants_gpus else None,
         mem_mode=mem_mode, mem=mem, exclusive=job.exclusive, cpg=cpg or 0,
         min_cpus=max(0, job.min_cpus), contig=job.contiguous, min_tmp=max(0, job.min_tmp),
-        grow=hi is not None and hi > lo,
+        grow=hi is not None and hi > lo and not job.use_min_nodes,
     )
 
 

@@ -165,6 +165,7 @@ class JobView:
     # them there (0 = none); --contiguous: its nodes are consecutive in slurm.conf order
     min_cpus: int = 0
     contiguous: bool = False
+    use_min_nodes: bool = False  # --use-min-nodes: a node range does not grow (placement)
     min_tmp: int = 0  # --tmp (MB, MinTmpDiskNode): nodes with less TmpDisk cannot serve it
 
 

@@ -139,6 +139,7 @@ class Job:
     contiguous: bool = False
     wckey: str | None = None
     overcommit: bool = False  # -O: CPUs as for one task per node (SLURM_OVERCOMMIT=1)
+    use_min_nodes: bool = False  # --use-min-nodes: a node range takes as few nodes as fit
     req_switch: int | None = None  # --switches=N: at most N leaf switches (blocks)
     wait4switch: int | None = None  # --switches=N@TIME (seconds); None: max_switch_wait
     system_comment: str | None = None  # why the run could not launch (scontrol SystemComment=)

@@ -29,7 +29,7 @@ JOB: tuple[str, ...] = (
     "signal", "cancelled_by", "scheduler", "last_sched_eval", "sched_nodes", "completing",
     "failed_node", "submit_line", "partitions_req", "begin_time", "features", "cpus_per_gpu",
     "deadline", "mail_type", "mail_user", "min_cpus_node", "min_tmp_disk", "contiguous", "wckey",
-    "overcommit", "req_switch", "wait4switch", "system_comment", "events")
+    "overcommit", "use_min_nodes", "req_switch", "wait4switch", "system_comment", "events")
 
 # An accounting step (`{"op": "acct"}` jobs carry ``steps``); ``usage`` once it has ended.
 STEP: tuple[str, ...] = (

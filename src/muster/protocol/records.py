@@ -124,6 +124,7 @@ class Job(msgspec.Struct, kw_only=True):
     contiguous: bool
     wckey: str | None
     overcommit: bool = False
+    use_min_nodes: bool = False
     req_switch: int | None = None
     wait4switch: int | None = None
     system_comment: str | None = None
@@ -314,6 +315,7 @@ class SubmitRequest(msgspec.Struct, kw_only=True):
     wckey: str | None = None
     mincpus: int | None = None
     contiguous: bool = False
+    use_min_nodes: bool = False
     no_kill: bool = False
     oversubscribe: bool = False
     exclusive_mode: str | None = None
