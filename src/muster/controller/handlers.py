@@ -361,11 +361,12 @@ def _refs(ctl, msg) -> list[tuple[Job, int | None]]:
     its master. An unknown id raises InvalidJobId before anything is touched."""
     st = ctl.state
     out: dict[tuple[int, int | None], tuple[Job, int | None]] = {}
+    arrays = _ArrayIndex(st)
     for spec in msg.get("jobs") or []:
         jid, task = spec.get("job_id"), spec.get("task")
         if jid is None:
             raise RequestError("Invalid request: a job reference needs a job_id", "invalid_request")
-        found = _resolve(st, jid, task)
+        found = _resolve(st, jid, task, arrays)
         if not found:
             raise InvalidJobId(f"Invalid job id {jid}{'_' + str(task) if task is not None else ''}")
         for job, t in found:
@@ -373,18 +374,39 @@ def _refs(ctl, msg) -> list[tuple[Job, int | None]]:
     return list(out.values())
 
 
-def _resolve(st, jid: int, task: int | None) -> list[tuple[Job, int | None]]:
+class _ArrayIndex:
+    """The jobs of each array (by ``array_job_id``), built on first use by one pass over the
+    jobs: a request naming n jobs costs one pass, not n (releasing 10,000 held jobs in one
+    request scanned the queue 10,000 times: ~3 s on the loop)."""
+
+    __slots__ = ("_st", "_by_array")
+
+    def __init__(self, st):
+        self._st = st
+        self._by_array: dict[int, list[Job]] | None = None
+
+    def members(self, array_job_id: int) -> list[Job]:
+        if self._by_array is None:
+            self._by_array = {}
+            for j in self._st.jobs.values():
+                if j.array_job_id is not None:
+                    self._by_array.setdefault(j.array_job_id, []).append(j)
+        return self._by_array.get(array_job_id, [])
+
+
+def _resolve(st, jid: int, task: int | None,
+             arrays: _ArrayIndex | None = None) -> list[tuple[Job, int | None]]:
+    members = (arrays or _ArrayIndex(st)).members(jid)
     if task is not None:
-        for j in st.jobs.values():
-            if j.array_job_id == jid and j.array_task_id == task:
+        for j in members:
+            if j.array_task_id == task:
                 return [(j, None)]
         master = st.jobs.get(jid)
         if master is not None and master.pending_tasks and task in master.pending_tasks:
             return [(master, task)]
         return []
     job = st.jobs.get(jid)
-    members = [j for j in st.jobs.values() if j.array_job_id == jid and j is not job]
-    return [(j, None) for j in ([job] if job else []) + members]
+    return [(j, None) for j in ([job] if job else []) + [j for j in members if j is not job]]
 
 
 def _ref_id(job: Job, task: int | None) -> str:
@@ -649,11 +671,12 @@ def _update_targets(ctl, msg) -> list[tuple[Job, int | None, bool]]:
     """(job, pending index or None, named as a whole array) for each job the request names,
     each once; an unknown id raises InvalidJobId before anything is touched."""
     out: dict = {}
+    arrays = _ArrayIndex(ctl.state)
     for spec in msg["jobs"]:
         jid, task = spec.get("job_id"), spec.get("task")
         if jid is None:
             raise RequestError("Invalid request: a job reference needs a job_id", "invalid_request")
-        found = _resolve(ctl.state, jid, task)
+        found = _resolve(ctl.state, jid, task, arrays)
         if not found:
             raise InvalidJobId(f"Invalid job id {jid}{'_' + str(task) if task is not None else ''}")
         whole = task is None and any(j.array_job_id == jid for j, _t in found)

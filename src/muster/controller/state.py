@@ -99,13 +99,22 @@ class ClusterState:
         self.store.set_meta("next_job_id", str(self.next_id))
         return jid
 
-    def save(self, job: Job) -> None:
+    def save(self, job: Job, *, display: bool = False) -> None:
         """Persist a changed job. Every change of a job goes through here, so this is also
         where derived caches of it are dropped, and where --mail-type events are noticed
         (before the store, so that what was mailed is stored with the change). It is also
         the usage event: a run that stopped is charged to fair-share here, in the change's
-        transaction (Accounts.job_saved), so reading usage never has to write."""
-        self.view_cache.pop(job.job_id, None)
+        transaction (Accounts.job_saved), so reading usage never has to write.
+
+        ``display``: only what a pass writes back for people to read changed — the reason
+        and its text, the expected start and planned nodes, the time of the evaluation, the
+        priority the core computed (muster.controller.scheduling.apply_reasons and
+        _store_priorities). The job's scheduling view reads none of these (its priority is
+        read only when given or set by an operator, which a pass never writes), so the view
+        is kept, and with it the core's per-view memo of the request: on a queue of 10,000
+        whose reasons and priorities move every pass, dropping them rebuilt every view."""
+        if not display:
+            self.view_cache.pop(job.job_id, None)
         self.records.drop(job.job_id)
         if self.pass_changes is not None:
             self.pass_changes.add(job.job_id)
