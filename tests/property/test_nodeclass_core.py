@@ -60,6 +60,15 @@ def test_nodeclass_equals_schedule(h):
     check_history(*h)
 
 
+@settings(max_examples=500, deadline=None)
+@given(histories(), st.integers(2, 40))
+def test_nodeclass_equals_schedule_on_one_cpu_nodes(h, k):
+    """One CPU a node (KTH's and CTC's real machines) takes shortcuts of its own in the
+    node-class core (the n lowest free nodes, a reservation of whole nodes): up to 40 nodes,
+    so wide jobs and long walks to the reservation occur."""
+    check_history(k, 1, *h[2:])
+
+
 def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
     rng = random.Random(seed)
     free = [cpn] * k

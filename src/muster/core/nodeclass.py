@@ -47,6 +47,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from functools import partial
 from heapq import merge
+from itertools import filterfalse, islice
 from typing import Any
 
 from . import priority as prio
@@ -89,6 +90,19 @@ class _Resv:
             a = min(f, v)
             if a > 0:
                 self.eff.setdefault(a, []).append(p)
+
+    @classmethod
+    def whole(cls, job_id: int, T: int, nodes: list[int], free: list[int]) -> _Resv:
+        """The reservation of every CPU of one-CPU ``nodes`` (ascending): ``b_p = 0`` each, so
+        none is usable past ``T`` (``eff`` empty) and the excess is those free now. What
+        ``_Resv(job_id, T, {p: 0 ...}, [(p, 1) ...], free)`` builds, without its sort."""
+        self = cls.__new__(cls)
+        self.job_id, self.T = job_id, T
+        self.b = dict.fromkeys(nodes, 0)
+        self.pick = [(p, 1) for p in nodes]
+        self.eff = {}
+        self.excess = sum(free[p] for p in nodes)
+        return self
 
     def moved(self, p: int, old_free: int, old_b: int, free: int) -> None:
         """Reserved node ``p`` went from ``old_free`` free CPUs and ``old_b`` to ``free``
@@ -277,6 +291,10 @@ class NodeClassScheduler:
                 return None  # backfill plans it as a one-node shape: never spread
         if n > self.total - (r.excess if r is not None else 0):
             return None
+        if self.cpn == 1 and not extra:  # one CPU a node: the n lowest usable nodes, as
+            cls = self.byfree[1]          # _spread takes them (no last node to swap)
+            low = cls[:n] if skip is None else list(islice(filterfalse(skip.__contains__, cls), n))
+            return [(p, 1) for p in low] if len(low) == n else None
         return _spread(n, self._order(skip, extra),
                        lambda lo, hi: self._smallest(lo, hi, skip, extra))
 
@@ -366,6 +384,11 @@ class NodeClassScheduler:
             tests += 1  # one more distinct breakpoint
             if tests > _MAX_TESTS:
                 return None
+            if total >= n and self.cpn == 1:
+                # one CPU a node: every node free at t has one CPU then (those freed by the
+                # ends, busy now, are in no class with CPUs), and spreading takes the n lowest
+                low = sorted(self.byfree[1][:n] + list(acc))[:n]
+                return _Resv.whole(jid, t, low, free)
             if total >= n:
                 # the nodes at t: the classes, but the touched ones at their CPUs then
                 at: dict[int, list[int]] = {}
