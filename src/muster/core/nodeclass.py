@@ -101,7 +101,7 @@ class _Resv:
         self.b = dict.fromkeys(nodes, 0)
         self.pick = [(p, 1) for p in nodes]
         self.eff = {}
-        self.excess = sum(free[p] for p in nodes)
+        self.excess = sum(map(free.__getitem__, nodes))
         return self
 
     def moved(self, p: int, old_free: int, old_b: int, free: int) -> None:
@@ -360,8 +360,10 @@ class NodeClassScheduler:
         # bf_resolution that backfill reserves fits from T as well
         horizon = now + self.cfg.bf_window * 60
         free, running = self.free, self.running
-        acc: dict[int, int] = {}
         ends = self._ends(now)
+        if self.cpn == 1 and n > 1:
+            return self._reserve_whole(jid, n, ends, horizon)
+        acc: dict[int, int] = {}
         i, k, tests = 0, len(ends), 1
         total = self.total
         while i < k:
@@ -384,11 +386,6 @@ class NodeClassScheduler:
             tests += 1  # one more distinct breakpoint
             if tests > _MAX_TESTS:
                 return None
-            if total >= n and self.cpn == 1:
-                # one CPU a node: every node free at t has one CPU then (those freed by the
-                # ends, busy now, are in no class with CPUs), and spreading takes the n lowest
-                low = sorted(self.byfree[1][:n] + list(acc))[:n]
-                return _Resv.whole(jid, t, low, free)
             if total >= n:
                 # the nodes at t: the classes, but the touched ones at their CPUs then
                 at: dict[int, list[int]] = {}
@@ -398,6 +395,29 @@ class NodeClassScheduler:
                                partial(self._smallest, skip=acc, extra=at))
                 assert pick is not None  # the CPUs at t cover n
                 return _Resv(jid, t, {p: acc.get(p, free[p]) - x for p, x in pick}, pick, free)
+        return None
+
+    def _reserve_whole(self, jid: int, n: int, ends: Sequence[tuple[int, int]],
+                       horizon: int) -> _Resv | None:
+        """:meth:`_reserve` of ``n > 1`` tasks on one-CPU nodes: the same walk of the ends by
+        distinct breakpoints, counting nodes instead of CPUs. Every node free at the
+        breakpoint has its one CPU then (those the ends free are busy now, in no class with
+        CPUs), and spreading takes the ``n`` lowest: a reservation of whole nodes."""
+        running, freed = self.running, []
+        need = n - self.total
+        i, k, tests = 0, len(ends), 1
+        while i < k:
+            t = ends[i][0]
+            if t > horizon:
+                return None
+            while i < k and ends[i][0] == t:
+                freed += [p for p, _x in running[ends[i][1]][1]]
+                i += 1
+            tests += 1
+            if tests > _MAX_TESTS:
+                return None
+            if len(freed) >= need:
+                return _Resv.whole(jid, t, sorted(self.byfree[1][:n] + freed)[:n], self.free)
         return None
 
 
