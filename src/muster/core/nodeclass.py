@@ -230,6 +230,8 @@ class NodeClassScheduler:
         blocked = False
         self._wait = None
         for (key, n, d, off), job in infos:
+            if not self.total and res is not None:
+                break  # no CPU free and the reservation made: nothing else can change
             if self._wait is not None:  # a waiting job before this one: reserve first
                 res = self._reserve(now)
             pick = self._fit(n, d, now, res)
@@ -281,6 +283,8 @@ class NodeClassScheduler:
     # ---- placement now ----------------------------------------------------------------
     def _fit(self, n: int, d: int, now: int, res: _Resv | None) -> Pick | None:
         """Where a job of ``n`` one-CPU tasks starts now for ``[now, now+d)``, or None."""
+        if n > self.total:
+            return None  # more CPUs than are free, reserved or not
         r = res if res is not None and now + d > res.T else None
         skip, extra = (r.b, r.eff) if r is not None else (None, None)
         if n <= self.cpn:
@@ -310,7 +314,7 @@ class NodeClassScheduler:
         cls = self.byfree[c]
         if skip is None or extra is None:
             return cls[0] if cls else None
-        best = next((p for p in cls if p not in skip), None)
+        best = next(filterfalse(skip.__contains__, cls), None)
         ex = extra.get(c)
         if ex and (best is None or ex[0] < best):
             best = ex[0]
