@@ -32,7 +32,7 @@ from muster.config import diff as cdiff
 from muster.controller.nodes import NodeRuntime
 from muster.controller.opspec import op
 from muster.controller.scheduling import sched_config_of
-from muster.controller.state import identity, now
+from muster.controller.state import forget_identities, identity, now
 from muster.lifecycle import events, jobfsm
 from muster.model.job import PENDING
 
@@ -86,6 +86,7 @@ def reconfigure(ctl, msg: dict, uid: int, gid: int) -> dict:
     Slurm's REQUEST_RECONFIGURE). The reply lists what changed."""
     if not ctl.is_admin(uid):
         raise RequestError("Access/permission denied", "access_denied")
+    forget_identities()  # users' groups are looked up afresh, as the files are
     try:
         new = read_config(ctl.cfg.path)
     except RequestError:

@@ -13,6 +13,7 @@ import os
 import pwd
 from collections.abc import Sequence
 
+from muster.common import clock as clocks
 from muster.common.clock import now  # noqa: F401 - re-exported: controller modules import it here
 from muster.common.hostlist import compress
 from muster.common.units import tres_string
@@ -23,7 +24,34 @@ from muster.model.alloc import NodeAlloc
 from muster.model.job import PENDING, RUNNING, Job
 
 
+IDENTITY_TTL_S = 60.0  # how long a user's name, groups, home and shell are reused
+_identities: dict[tuple[int, int | None], tuple[float, dict]] = {}
+
+
 def identity(uid: int, gid: int | None = None) -> dict:
+    """The account of ``uid`` (name, primary group or ``gid``, group list, home, shell), as
+    the system's user and group databases give it. Looked up at most once a minute per
+    (uid, gid): every request's authorisation and every submission and launch ask for it,
+    and a lookup reads /etc/passwd and the whole of /etc/group (getgrouplist). A change of
+    a user's groups is seen within the minute (slurmctld caches group membership for 600 s
+    by default); ``scontrol reconfigure`` forgets them all (:func:`forget_identities`)."""
+    t = clocks.monotonic()
+    hit = _identities.get((uid, gid))
+    if hit is not None and 0 <= t - hit[0] < IDENTITY_TTL_S:
+        got = hit[1]
+    else:
+        got = _lookup_identity(uid, gid)
+        if len(_identities) > 10_000:
+            _identities.clear()
+        _identities[(uid, gid)] = (t, got)
+    return {**got, "groups": list(got["groups"])}  # the caller's own copy
+
+
+def forget_identities() -> None:
+    _identities.clear()
+
+
+def _lookup_identity(uid: int, gid: int | None) -> dict:
     try:
         pw = pwd.getpwuid(uid)
         user, pgid, home, shell = pw.pw_name, pw.pw_gid, pw.pw_dir, pw.pw_shell
