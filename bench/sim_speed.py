@@ -168,6 +168,50 @@ def gpu_table() -> None:
         row("Alibaba openb default", tr, MachineSpec(), pol)
 
 
+MULTINODE = [("KTH-SP2-1996-2.1-cln.swf.gz", 100, 1), ("CTC-SP2-1996-3.1-cln.swf.gz", 430, 1),
+             ("CTC-SP2-1996-3.1-cln.swf.gz", 144, 8), ("HPC2N-2002-2.2-cln.swf.gz", 120, 2)]
+
+
+def multinode_table(rounds: int = 3) -> None:
+    """SWF traces on their real node shapes (docs/simulation.md, "Multi-node"), EASY: the
+    first 20,000 jobs and the whole trace, each ``rounds`` times in a fresh ``muster sim``
+    process: jobs/s end to end (process start to exit) and by the engine's own clock
+    (median, min-max), the core the engine chose, and the digest of the ``--schedule`` CSV
+    (the same in every round, or the table says so)."""
+    import hashlib
+    import statistics
+    import tempfile
+    import time
+
+    mst = os.path.join(os.path.dirname(sys.executable), "muster")
+    print("| trace | machine | jobs | end to end, jobs/s | engine, jobs/s | core | schedule |")
+    print("|---|---|---|---|---|---|---|")
+    for name, nodes, cpn in MULTINODE:
+        for limit in (20_000, None):
+            with tempfile.NamedTemporaryFile(suffix=".csv") as sched:
+                argv = [mst, "sim", f"{TRACES}/swf/{name}", "--nodes", str(nodes),
+                        "--cpus-per-node", str(cpn), "--policy", "easy", "--json",
+                        "--schedule", sched.name]
+                if limit:
+                    argv += ["--jobs", str(limit)]
+                e2e, eng, digests = [], [], set()
+                for _ in range(rounds):
+                    t0 = time.perf_counter()
+                    p = subprocess.run(argv, capture_output=True, text=True, check=True)
+                    wall = time.perf_counter() - t0
+                    met = json.loads(p.stdout)["metrics"]
+                    e2e.append(met["jobs"] / wall)
+                    eng.append(met["sim"]["jobs_per_s"])
+                    with open(sched.name, "rb") as fh:
+                        digests.add(hashlib.sha1(fh.read()).hexdigest()[:12])
+
+            def f(v):
+                return f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"
+            print(f"| {name.split('-cln')[0]} | {nodes} × {cpn} CPU | {met['jobs']:,} | "
+                  f"{f(e2e)} | {f(eng)} | {met['sim']['core']} | "
+                  f"{' / '.join(sorted(digests))} |", flush=True)
+
+
 def profile(policy: str) -> None:
     import cProfile
     import pstats
@@ -187,6 +231,8 @@ def main() -> None:
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--gpu", action="store_true", help="the GPU-trace table of docs/simulation.md")
     ap.add_argument("--profile", metavar="POLICY")
+    ap.add_argument("--multinode", action="store_true",
+                    help="SWF traces on their real node shapes, EASY (docs/simulation.md)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policies", default=None, help="comma list (default: all available)")
     ap.add_argument("--core", choices=["auto", "schedule"], default="auto",
@@ -201,6 +247,9 @@ def main() -> None:
         return
     if a.profile:
         profile(a.profile)
+        return
+    if a.multinode:
+        multinode_table()
         return
     pols = a.policies.split(",") if a.policies else ["fifo", "easy", "conservative"]
     speed(pols, jobs=a.jobs, core=a.core)
