@@ -49,6 +49,39 @@ def test_swf_fields_sorting_and_drops(tmp_path, gz):
     assert j5.run == 100 and j5.limit == 60  # will be killed at its limit
 
 
+def _swf_lines(submits):
+    return "; MaxProcs: 8\n" + "".join(
+        f"{i} {t} 0 10 1 -1 -1 1 60 -1 1 {i % 3} 1 -1 -1 -1 -1 -1\n"
+        for i, t in enumerate(submits, 1))
+
+
+def test_swf_head_read_stops_early_and_selects_what_a_whole_read_does(tmp_path):
+    """read_trace(limit=n) of a file in submit order: the first n jobs of the whole read (ties
+    at the boundary in file order), without reading the rest."""
+    submits = [0, 5, 5, 5, 9, 12, 12, 20, 30, 31]
+    p = _write(tmp_path / "sorted.swf", _swf_lines(submits) + "1 2 3\n")  # bad last line
+    with pytest.raises(TraceError):
+        read_trace(p)  # a whole read reaches the bad line
+    whole = read_trace(_write(tmp_path / "ok.swf", _swf_lines(submits)))
+    for n in (1, 3, 4, 7, 10):
+        head = read_trace(p, limit=n)  # never reaches the bad line
+        assert [(j.orig_id, j.submit) for j in head.jobs] == \
+            [(j.orig_id, j.submit) for j in whole.jobs[:n]]
+        assert head.read_limit == n and head.max_procs == 8
+    with pytest.raises(TraceError):
+        read_trace(p, limit=11)  # more jobs than the file has: it reads on to the bad line
+
+
+def test_swf_head_read_of_a_file_out_of_order_reads_it_whole(tmp_path):
+    """A file whose first jobs are not in submit order is read whole and sorted: the head is
+    then the whole read's, whatever comes later in the file."""
+    submits = [10, 3, 7, 1, 20, 2]
+    p = _write(tmp_path / "unsorted.swf", _swf_lines(submits))
+    head = read_trace(p, limit=2)
+    assert head.read_limit is None  # read whole
+    assert [j.orig_id for j in head.jobs[:2]] == ["4", "6"]  # submits 1 and 2, from the end
+
+
 def test_swf_short_line_is_an_error(tmp_path):
     p = _write(tmp_path / "bad.swf", "1 2 3\n")
     with pytest.raises(TraceError):

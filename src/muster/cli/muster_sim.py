@@ -119,7 +119,12 @@ def main(argv: list[str] | None = None) -> int:
                              cpus_per_node=args.cpus_per_node, gpus_per_node=args.gpus_per_node,
                              gpu_type=args.gpu_type, topology=args.topology)
     try:
-        trace = sim.read_trace(args.trace, fmt=args.format, nodes_file=args.nodes_file)
+        # the first jobs alone are needed when a count is asked for from a start job
+        head = (args.start_job or 0) + args.jobs if args.jobs and args.jobs > 0 and \
+            not args.windows and args.start_time is None and args.end_time is None and \
+            (args.start_job or 0) >= 0 else None
+        trace = sim.read_trace(args.trace, fmt=args.format, nodes_file=args.nodes_file,
+                               limit=head)
     except (sim.TraceError, OSError) as e:
         raise _fail(str(e)) from None
     if not trace.jobs:
@@ -180,8 +185,10 @@ def _write_schedule(path: str, res) -> None:
 
 
 def _header(trace, res) -> dict:
+    """``read_first_jobs``: the reader stopped after that many jobs (an SWF file lists them
+    by submit time); ``dropped_by_reader`` then counts the lines read. None: read whole."""
     return {"trace": trace.path, "format": trace.fmt, "machine": res.cluster.describe(),
-            "dropped_by_reader": dict(trace.dropped)}
+            "dropped_by_reader": dict(trace.dropped), "read_first_jobs": trace.read_limit}
 
 
 def _report(args, trace, res, met, plots) -> int:
@@ -200,6 +207,9 @@ def _report(args, trace, res, met, plots) -> int:
     print(f"policy   {res.policy}")
     for note in res.notes:
         print(f"note     {note}")
+    if trace.read_limit:
+        print(f"read     the first {trace.read_limit:,} jobs of the file (SWF lists them by "
+              "submit time)")
     if trace.dropped:
         print("dropped  " + ", ".join(f"{v:,} {k}" for k, v in trace.dropped.items()))
     for s in skipped[:5]:
