@@ -26,7 +26,9 @@ def kill_node(c, node: str) -> None:
     spool = os.path.join(c.state_dir, "spool", node)
     for root, dirs, files in os.walk(spool):
         dirs[:] = [d for d in dirs if d != ".trash"]
-        for name in ("job.pid", "super.pid"):
+        # supervisors first: one that outlived its tasks even briefly would report their
+        # deaths (srun: "task 0: Killed"), which a host that died at once never does
+        for name in ("super.pid", "job.pid"):
             if name in files:
                 for p in open(os.path.join(root, name)).read().split():
                     for fn in (os.killpg, os.kill):

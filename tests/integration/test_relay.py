@@ -237,8 +237,9 @@ def test_commands_elsewhere_ride_a_failover(ha_cluster):
     assert srun.returncode == 0, err
     got = sorted(out.splitlines())
     assert got == sorted(f"{r}: line-{i}" for r in (0, 1) for i in range(1, lines + 1)), err
-    # each acknowledged job exists once, the user's
-    listed = c.ok("squeue", "-h", "-u", TEST_USER, "-o", "%i").split()
+    # each acknowledged job exists once, the user's (held, so pending; the srun's own job may
+    # still be completing)
+    listed = c.ok("squeue", "-h", "-u", TEST_USER, "-t", "PD", "-o", "%i").split()
     assert sorted(map(int, listed)) == sorted(acked)
     rc, out, err = run_elsewhere(c, nodes[1], ["scancel", "-u", TEST_USER])
     assert rc == 0, err
