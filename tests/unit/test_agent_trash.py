@@ -11,14 +11,20 @@ import time
 from muster.agent import daemon
 
 
-def bare_agent(trash: str) -> daemon.Agent:
-    """An Agent with only what the trash needs (no config, no links)."""
+def bare_agent(tmp_path, monkeypatch, **limits) -> tuple[daemon.Agent, str]:
+    """An Agent with only what the trash needs (no config, no links), its trash directory
+    under ``tmp_path``, and the trash's limits (TRASH_QUIET_S 0.1 s, and ``limits``) set."""
+    monkeypatch.setattr(daemon, "TRASH_QUIET_S", 0.1)
+    for name, value in limits.items():
+        monkeypatch.setattr(daemon, name, value)
+    trash = tmp_path / "trash"
+    trash.mkdir()
     a = object.__new__(daemon.Agent)
-    a.trash = trash
+    a.trash = str(trash)
     a._purging = False
     a._trashed = 0
     a._last_launch = 0.0
-    return a
+    return a, str(trash)
 
 
 def retire(a: daemon.Agent, spool: str, n: int) -> None:
@@ -40,10 +46,7 @@ async def until_empty(path: str, timeout: float = 5.0) -> float:
 
 
 def test_trash_waits_while_jobs_are_launched(tmp_path, monkeypatch):
-    monkeypatch.setattr(daemon, "TRASH_QUIET_S", 0.1)
-    trash = tmp_path / "trash"
-    trash.mkdir()
-    a = bare_agent(str(trash))
+    a, trash = bare_agent(tmp_path, monkeypatch)
 
     async def scenario():
         retire(a, str(tmp_path), 3)
@@ -53,16 +56,12 @@ def test_trash_waits_while_jobs_are_launched(tmp_path, monkeypatch):
             a._last_launch = time.monotonic()
             await asyncio.sleep(0.02)
         assert len(os.listdir(trash)) == 3
-        await until_empty(str(trash))  # quiet now: emptied
+        await until_empty(trash)  # quiet now: emptied
     asyncio.run(scenario())
 
 
 def test_a_full_trash_is_emptied_even_while_busy(tmp_path, monkeypatch):
-    monkeypatch.setattr(daemon, "TRASH_QUIET_S", 0.1)
-    monkeypatch.setattr(daemon, "TRASH_MAX", 3)
-    trash = tmp_path / "trash"
-    trash.mkdir()
-    a = bare_agent(str(trash))
+    a, trash = bare_agent(tmp_path, monkeypatch, TRASH_MAX=3)
 
     async def scenario():
         retire(a, str(tmp_path), 3)
@@ -73,7 +72,7 @@ def test_a_full_trash_is_emptied_even_while_busy(tmp_path, monkeypatch):
                 await asyncio.sleep(0.02)
         launching = asyncio.create_task(keep_launching())
         try:
-            await until_empty(str(trash))
+            await until_empty(trash)
         finally:
             launching.cancel()
     asyncio.run(scenario())

@@ -984,20 +984,7 @@ def _read_json(path: str) -> dict | None:
         return None
 
 
-def _write_json(path: str, obj: dict) -> None:
-    """Atomic, and private (0600): launch descriptions hold the job's environment. Encoded
-    in one ``json.dumps`` (C) and one write: ``json.dump`` to a file runs the pure-Python
-    encoder, which cost ~1 ms per launch."""
-    tmp = path + ".tmp"
-    data = json.dumps(obj).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+_write_json = securefs.write_private_json
 
 
 def _read_int(path: str) -> int | None:

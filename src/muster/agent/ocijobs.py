@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 from muster.agent import oci
+from muster.common import securefs
 
 __all__ = ["ContainerJobs"]
 
@@ -67,13 +68,9 @@ class ContainerJobs:
     def _save(self) -> None:
         if self.path is None:
             return
-        data = json.dumps({str(j): [*u, j in self.over] for j, u in self.users.items()})
-        tmp = self.path + ".tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(data)
-            os.replace(tmp, self.path)
+            securefs.write_private_json(
+                self.path, {str(j): [*u, j in self.over] for j, u in self.users.items()})
         except OSError as exc:
             log.warning("%s: cannot save the container job table: %s", self.path, exc)
 

@@ -59,3 +59,21 @@ def ensure_private_dir(path: str, what: str, mode: int = 0o755) -> None:
     else:
         os.chmod(path, mode)  # the umask may have removed bits we want (never adds write)
     check_private_dir(path, what)
+
+
+def write_private_json(path: str, obj: dict) -> None:
+    """Write ``obj`` to ``path`` atomically (a temporary file renamed over it) and privately
+    (0600: the agent's launch descriptions hold the job's environment). Encoded in one
+    ``json.dumps`` (C) and one write: ``json.dump`` to a file runs the pure-Python encoder,
+    which cost ~1 ms per launch. For the daemons' own directories (no user-chosen path)."""
+    import json  # here: `muster` (the CLI) imports this module for its directory checks
+    tmp = path + ".tmp"
+    data = json.dumps(obj).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
