@@ -29,9 +29,16 @@ open(tag + ".ready", "w").close()
 while not os.path.exists(tag + ".stop"):
     time.sleep(0.05)
 t = os.times()
+cg = None  # what the kernel charged to our cgroup so far (v1 cpuacct), if we may read it
+for line in open("/proc/self/cgroup"):
+    _, ctrls, path = line.rstrip("\n").split(":", 2)
+    for mount in ("cpuacct", "cpu,cpuacct"):
+        if "cpuacct" in ctrls.split(",") and os.path.exists(f"/sys/fs/cgroup/{mount}{path}"):
+            with open(f"/sys/fs/cgroup/{mount}{path}/cpuacct.usage") as fh:
+                cg = int(fh.read()) / 1e9
 with open(tag + ".json", "w") as fh:
     json.dump({"maxrss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-               "cpu": t.user + t.system}, fh)
+               "cpu": t.user + t.system, "cg": cg}, fh)
 """
 
 
@@ -121,15 +128,22 @@ def test_sstat_shows_a_running_batch_steps_memory_to_its_owner_only(c):
 
 def test_sacct_and_seff_agree_with_what_the_job_did(c):
     w = c.workdir
-    # the batch shell's ``times`` is the CPU of the whole step: the shell, the interpreter's
-    # start-up and exit (which the job's own os.times() cannot see: from 40 ms idle to 0.6 s
-    # on a loaded CI host) and the job
+    # What the step used, two ways: the batch shell's ``times`` (the shell, the interpreter's
+    # start-up and exit, which the job's own os.times() cannot see, and the job) and, as
+    # the job ends, the kernel's CPU counter of its task cgroup (one of the agent's sources).
+    # On a loaded host the counter ran up to 13 % ahead of the processes' own times (2.44 s
+    # against 2.16 s), unlike on an idle one (to the millisecond); the tools must land
+    # within 10 % of the range the two span.
     jid = c.sbatch("--mem=1000", "--wrap", "python3 holder.py 150 2 burn; times > burn.times",
                    user=TEST_USER, cwd=w)
     wait_for(lambda: os.path.exists(os.path.join(w, "burn.ready")), 120, 0.1, what="job ready")
     did = finish(c, "burn", jid)
     assert did["cpu"] >= 2
     did["cpu"] = shell_times(os.path.join(w, "burn.times"))
+    low, high = did["cpu"], max(did["cpu"], did["cg"] or 0)
+
+    def agrees(secs: float) -> bool:
+        return 0.9 * low <= secs <= 1.1 * high
     r = c.run(["sacct", "-j", str(jid), "-P", "-n", "-o",
                "JobID,MaxRSS,TotalCPU,UserCPU,MaxRSSTask,AveRSS,TRESUsageInMax,TRESUsageInTot"])
     assert r.rc == 0, r
@@ -137,7 +151,7 @@ def test_sacct_and_seff_agree_with_what_the_job_did(c):
     job, batch = rows[str(jid)], rows[f"{jid}.batch"]
     assert job[1] == ""  # the allocation's row has no MaxRSS, only the CPU totals
     assert abs(size(batch[1]) - did["maxrss"]) <= 0.1 * did["maxrss"], (batch, did)
-    assert abs(cpu_secs(batch[2]) - did["cpu"]) <= 0.1 * did["cpu"], (batch, did)
+    assert agrees(cpu_secs(batch[2])), (batch, did)
     assert cpu_secs(job[2]) == cpu_secs(batch[2])
     assert cpu_secs(batch[3]) <= cpu_secs(batch[2]) and batch[4] == "0"
     assert batch[5] == batch[1]  # one task: its average is its peak
@@ -151,7 +165,7 @@ def test_sacct_and_seff_agree_with_what_the_job_did(c):
     assert lines["Job ID"] == str(jid) and lines["State"] == "COMPLETED (exit code 0)"
     assert lines["Cores"] == "1" and lines["User/Group"] == f"{TEST_USER}/{TEST_USER}"
     used = cpu_secs(lines["CPU Utilized"])
-    assert abs(used - did["cpu"]) <= 0.1 * did["cpu"], (lines, did)
+    assert agrees(used), (lines, did)
     num, unit = lines["Memory Utilized"].split()
     mem = float(num) * {"KB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30}[unit]
     assert abs(mem - did["maxrss"]) <= 0.1 * did["maxrss"], (lines, did)
