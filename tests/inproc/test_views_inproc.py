@@ -6,7 +6,9 @@ views built afresh decides (harness: tests/inproc/conftest.py)."""
 from __future__ import annotations
 
 from muster.controller.scheduling import build_snapshot, sched_config_of
+from muster.controller.server import Controller
 from muster.core import schedule
+from muster.store.sqlite import SqliteStore
 
 # age moves every waiting job's priority at every pass: the case that dropped every view
 MULTIFACTOR = """PriorityType=priority/multifactor
@@ -62,3 +64,39 @@ def test_display_writes_keep_the_views_and_changes_drop_them(make_inproc):
     assert ip.ctl.state.view_cache[waiting[0]].time_limit == 5
     assert ip.ctl.state.view_cache[waiting[1]] is views[waiting[1]]
     plans_agree(ip)
+
+
+def test_reasons_are_shown_not_written_and_a_new_controller_derives_them_again(ip,
+                                                                               monkeypatch):
+    """A pass's reasons and expected starts refresh listings but write nothing
+    (ClusterState.shown); a controller started on the same store (a restart, a new leader)
+    derives the same ones in its first pass."""
+    running = ip.submit(ntasks=8, nodes_min=2, time_limit=60)
+    waiting = [ip.submit(time_limit=10 * (i + 1)) for i in range(3)]
+    written: list[int] = []
+    put = ip.store.put_job
+    monkeypatch.setattr(ip.store, "put_job", lambda rec: (written.append(rec["job_id"]), put(rec)))
+    ip.settle()
+    assert ip.job(running).state == "RUNNING" and running in written
+    shown = {j: (ip.job(j).reason, ip.job(j).expected_start) for j in waiting}
+    assert shown[waiting[0]] == ("Resources", ip.job(running).end_time)
+    assert [shown[j][0] for j in waiting[1:]] == ["Priority", "Priority"]
+    assert not set(written) & set(waiting)  # reasons only: nothing written
+    rows = ip.request("jobs", job_ids=waiting)["jobs"]
+    assert {r["job_id"]: r["reason"] for r in rows} == {j: shown[j][0] for j in waiting}
+
+    ip.store.close()
+    ip.store = SqliteStore(ip.cfg.db_path)  # a new controller process on the same database
+    ip.ctl = Controller(ip.cfg, ip.store, ip.clock)
+    for name in ip.agents:
+        ip.connect(name, running=[running])
+    ip.settle()
+    assert ip.job(running).state == "RUNNING"
+    assert {j: (ip.job(j).reason, ip.job(j).expected_start) for j in waiting} == shown
+    # what was shown reaches the store with the job's next real change: its whole record
+    assert ip.store.get_job(waiting[0])["expected_start"] is None
+    assert ip.request("update_job", jobs=[{"job_id": waiting[0]}],
+                      changes={"Comment": "next"})["ok"]
+    stored = ip.store.get_job(waiting[0])
+    assert (stored["comment"], stored["reason"], stored["expected_start"]) == \
+        ("next", *shown[waiting[0]])

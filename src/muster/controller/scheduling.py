@@ -359,7 +359,7 @@ def apply_reasons(state, applier, plan, t: int, reasons: dict[int, str], started
             job.expected_start = exp
             job.sched_nodes = sn
             job.last_sched_eval = t
-            state.save(job, display=True)
+            state.shown(job)
 
 
 def _reservation_reason(state, job: Job, reason: str, desc: str | None, active: list,
@@ -415,7 +415,7 @@ def _store_priorities(state, plan, started_ids: set) -> None:
             continue
         job.priority = p
         acc.set_extra(jid, calc=p)
-        state.save(job, display=True)
+        state.save(job, keep_view=True)
 
 
 def _still_free(state, allocs: list[NodeAlloc]) -> bool:
