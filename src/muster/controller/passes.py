@@ -58,7 +58,7 @@ SAFE_DURING_PASS = frozenset((
     "submit", "allocate", "wait_alloc", "release_alloc", "cancel", "hold", "release", "requeue",
     "update_job", "step_create", "step_signal", "step_status", "lease"))
 SWITCH_INTERVAL_S = 0.001  # GIL hand-over while a pass runs: a request waits at most ~this
-REASON_SLICE = 500  # reasons written per commit between requests (~10-20 ms each)
+REASON_SLICE = 500  # reasons applied per slice between requests (a few ms each)
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
 
 
@@ -147,8 +147,9 @@ class PassRunner:
     async def _apply_sliced(self, prep: Prepared, plan, core_s: float, changed: set,
                             stale: bool) -> None:
         """The starts (and priorities, preemptions) in one commit, as ``finish``; then the
-        reasons and expected starts, REASON_SLICE jobs per commit with the loop free between
-        slices: writing 10,000 of them in one go would hold requests for ~100 ms. A job
+        reasons and expected starts, REASON_SLICE jobs per slice (one commit each: a missed
+        deadline ends its job) with the loop free between slices: 10,000 of them in one go
+        would hold requests for tens of milliseconds. A job
         changed meanwhile keeps what its change made it (``changed`` is still recorded)."""
         if stale or not plan.starts and not plan.reasons and not prep.shell_reasons:
             self.finish(prep, plan, core_s, set(changed), stale=stale)
