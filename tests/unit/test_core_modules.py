@@ -53,6 +53,56 @@ def test_multifactor_observed_example_11000():
     assert schedule(snap, cfg).priorities == {1: 11000}
 
 
+
+def test_pass_priorities_equal_multifactor_to_the_bit():
+    """priorities() (a pass: valuer, no breakdown) gives exactly multifactor's priority for
+    random jobs, partitions, flags, weights (TRES too, a name given twice) and fair-share."""
+    import random
+
+    from muster.core.priority import priorities
+
+    rnd = random.Random(17)
+    flag_sets = [(), ("NO_NORMAL_ALL",), ("SMALL_RELATIVE_TO_TIME",), ("ACCRUE_ALWAYS",),
+                 ("NO_NORMAL_PART", "NO_NORMAL_QOS", "NO_NORMAL_ASSOC", "NO_NORMAL_TRES")]
+    ns = [node(f"n{i}", i, cpus=rnd.choice((4, 8, 64)), gpus=rnd.choice((0, 8))) for i in range(6)]
+    parts = (PartitionView(name="p", node_names=tuple(n.name for n in ns[:4]),
+                           priority_job_factor=3),
+             PartitionView(name="q", node_names=tuple(n.name for n in ns[2:]),
+                           priority_job_factor=7))
+    compared = 0
+    for trial in range(60):
+        cfg = SchedConfig(
+            priority_type="multifactor", priority_flags=frozenset(rnd.choice(flag_sets)),
+            priority_favor_small=rnd.random() < 0.3, priority_max_age=rnd.choice((0, 600, 86400)),
+            weight_age=rnd.randint(0, 5000), weight_fairshare=rnd.randint(0, 10**5),
+            weight_jobsize=rnd.randint(0, 3000), weight_partition=rnd.randint(0, 2000),
+            weight_qos=rnd.randint(0, 2000), weight_assoc=rnd.randint(0, 500),
+            site_factor=rnd.randint(0, 100),
+            weight_tres=tuple(rnd.sample([("cpu", 7), ("node", 11), ("gres/gpu", 13),
+                                          ("cpu", 5)], rnd.randint(0, 3))))
+        jobs = [job(trial * 100 + i, partitions=tuple(rnd.sample(("p", "q"), rnd.randint(1, 2))),
+                    user=rnd.choice(("u", "v")), account=rnd.choice(("a", "b")),
+                    qos=rnd.choice(("normal", "high")), nice=rnd.choice((0, 0, 50, -20)),
+                    submit_time=NOW - rnd.randint(0, 10**5), nodes_min=rnd.randint(1, 3),
+                    ntasks=rnd.randint(0, 9), gpus_per_node=rnd.choice((0, 1, 8)),
+                    time_limit=rnd.choice((None, 1, 90)),
+                    blocked=rnd.choice((None, None, "JobArrayTaskLimit")),
+                    fixed_priority=rnd.random() < 0.1, priority=rnd.randint(1, 10**6),
+                    eligible_time=rnd.choice((None, NOW - 5)))
+                for i in range(12)]
+        snap = busy_snapshot(ns, [], jobs, parts=parts, now=NOW,
+                             fairshare={(a, u): rnd.random() for a in "ab" for u in "uv"},
+                             qos=(QosView(name="normal", priority=10),
+                                  QosView(name="high", priority=rnd.randint(0, 900))),
+                             assocs=(AssocView(user="u", account="a", priority=40),
+                                     AssocView(user=None, account="b", priority=9)))
+        ctx = context(snap)
+        want = {(j.job_id, p): multifactor(j, p, NOW, cfg, ctx).priority
+                for j in jobs for p in j.partitions}
+        assert priorities(snap, cfg) == want, cfg
+        compared += len(want)
+    assert compared > 800
+
 def test_multifactor_age_size_nice_and_clamp():
     cfg = SchedConfig(priority_type="multifactor", weight_age=1000, weight_jobsize=1000,
                       priority_max_age=1000)

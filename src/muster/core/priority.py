@@ -238,10 +238,76 @@ def priority_of(snap: Snapshot, cfg: SchedConfig) -> Callable[[JobView, str], in
 
 
 def priorities(snap: Snapshot, cfg: SchedConfig) -> dict[tuple[int, str], int]:
-    """Multifactor priority per (job, partition) for every pending job (per-partition factor)."""
-    ctx = context(snap)
+    """Multifactor priority per (job, partition) for every pending job (per-partition factor):
+    :func:`multifactor`'s ``priority``, by :func:`valuer` (no factor breakdown)."""
+    value = valuer(cfg, context(snap), snap.now)
     out: dict[tuple[int, str], int] = {}
     for job in snap.pending:
-        for p in dict.fromkeys(job.partitions):
-            out[(job.job_id, p)] = multifactor(job, p, snap.now, cfg, ctx).priority
+        parts = job.partitions
+        if len(parts) == 1:
+            out[(job.job_id, parts[0])] = value(job, parts[0])
+        else:
+            for p in dict.fromkeys(parts):
+                out[(job.job_id, p)] = value(job, p)
     return out
+
+
+def valuer(cfg: SchedConfig, ctx: Context, now: int) -> Callable[[JobView, str], int]:
+    """``f(job, partition)`` = ``multifactor(job, partition, now, cfg, ctx).priority``,
+    without the breakdown: what depends on the configuration alone is read once, no dict
+    or record is built per job. The terms are the same products, summed by ``sum`` in the
+    same order (age, assoc, fairshare, jobsize, partition, qos, then the TRES), so the
+    result is the same float to the bit; tests/unit/test_core_modules.py compares the two
+    over random jobs, flags and weights. A scheduling pass asks for every pending job
+    (~4 µs each here, against ~11 µs for :func:`multifactor`)."""
+    flags = cfg.priority_flags
+    no_all = "NO_NORMAL_ALL" in flags
+    accrue_always = "ACCRUE_ALWAYS" in flags
+    max_age = cfg.priority_max_age
+    small_rel = "SMALL_RELATIVE_TO_TIME" in flags
+    favor_small = cfg.priority_favor_small
+    N, C = max(1, ctx.total_nodes), max(1, ctx.total_cpus)
+    raw_assoc = no_all or "NO_NORMAL_ASSOC" in flags
+    raw_part = no_all or "NO_NORMAL_PART" in flags
+    raw_qos = no_all or "NO_NORMAL_QOS" in flags
+    raw_tres = no_all or "NO_NORMAL_TRES" in flags
+    w_age, w_assoc, w_fs = cfg.weight_age, cfg.weight_assoc, cfg.weight_fairshare
+    w_size, w_part, w_qos = cfg.weight_jobsize, cfg.weight_partition, cfg.weight_qos
+    tres_w = tuple(dict(cfg.weight_tres).items())  # a name twice: multifactor's dict keeps the last
+    site = cfg.site_factor
+    assoc_prio, max_assoc = ctx.assoc_prio, ctx.max_assoc_prio
+    part_factor, max_part = ctx.part_factor, ctx.max_part_factor
+    qos_prio, max_qos = ctx.qos_prio, ctx.max_qos_prio
+    fairshare, part_tres = ctx.fairshare, ctx.part_tres
+
+    def value(job: JobView, partition: str) -> int:
+        if job.fixed_priority:
+            return job.priority
+        blocked = job.blocked is not None and not accrue_always
+        if blocked or max_age <= 0:
+            age = 0.0 if blocked else 1.0
+        else:
+            accrue = job.eligible_time if job.eligible_time is not None else job.submit_time
+            age = min(1.0, max(0, now - accrue) / max_age)
+        nodes, cpus, gpus = _job_size(job, cfg)
+        if small_rel:
+            size = max(nodes * C / N, cpus) / (job.time_limit or 1) / C
+        elif favor_small:
+            size = ((N - nodes) / N + (C - cpus) / C) / 2
+        else:
+            size = (nodes / N + cpus / C) / 2
+        size = min(1.0, max(0.0, size))
+        user_key = (job.account, job.user)
+        terms = [w_age * age,
+                 w_assoc * _norm(assoc_prio.get(user_key, assoc_prio.get((job.account, None), 0)),
+                                 max_assoc, raw_assoc),
+                 w_fs * float(fairshare.get(user_key, 0.0)),
+                 w_size * size,
+                 w_part * _norm(part_factor.get(partition, 0), max_part, raw_part),
+                 w_qos * _norm(qos_prio.get(job.qos, 0), max_qos, raw_qos)]
+        if tres_w:
+            tot = part_tres.get(partition, {})
+            req = {"cpu": cpus, "node": nodes, "gres/gpu": gpus}
+            terms.extend(w * _norm(req.get(t, 0), tot.get(t, 0), raw_tres) for t, w in tres_w)
+        return _clamp(site + sum(terms) - job.nice)
+    return value
