@@ -118,7 +118,7 @@ def test_sbatch_wait_returns_exit_code(cluster, workdir):
 
 def test_time_limit_enforced(cluster, workdir):
     jid = cluster.sbatch("-t", "0:01", "-o", "tl.out", "--wrap", "sleep 120", cwd=workdir)
-    assert cluster.wait_done(jid, timeout=90) == "TIMEOUT"
+    assert cluster.wait_done(jid, timeout=150) == "TIMEOUT"
     out = read(os.path.join(workdir, "tl.out"))
     assert f"*** JOB {jid} ON " in out and "DUE TO TIME LIMIT" in out
     r = cluster.run(["sacct", "-j", str(jid), "-P", "-n", "-o", "JobID,State,ExitCode"])

@@ -260,7 +260,7 @@ def test_time_limit_terms_everything_then_kills_after_killwait(sig_cluster, time
     jid, d = timed_jobs["limit"]
     wait_ready(d)
     t0 = start_time(c, jid)
-    assert c.wait_done(jid, timeout=90) == "TIMEOUT", read(os.path.join(d, "out"))
+    assert c.wait_done(jid, timeout=150) == "TIMEOUT", read(os.path.join(d, "out"))
     for who in ("batch", "task0", "task1"):
         got = marks(d, who)
         assert got and {n for n, _ in got} == {"TERM"}, (who, got)

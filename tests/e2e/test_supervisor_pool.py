@@ -55,9 +55,11 @@ def test_cancel_and_time_limit_reach_the_job_of_a_reused_supervisor(one_node):
     assert c.wait_done(jid) == "CANCELLED"
     assert f"*** JOB {jid} ON node1 CANCELLED AT" in read(out)
     out2 = os.path.join(c.workdir, "limit.out")
+    # 0:02 is two seconds, which Slurm (and Muster) round up to the one-minute minimum: the
+    # job ends a minute after it starts, so the wait must outlast that minute
     jid2 = c.sbatch("-t", "0:02", "-o", out2, cwd=c.workdir,
-                    input="#!/bin/sh\necho ppid=$PPID\nsleep 60\n")
-    assert c.wait_done(jid2, timeout=60) == "TIMEOUT"
+                    input="#!/bin/sh\necho ppid=$PPID\nsleep 300\n")
+    assert c.wait_done(jid2, timeout=150) == "TIMEOUT"
     assert "DUE TO TIME LIMIT" in read(out2)
     assert _alive(int(warm["ppid"]))
 
