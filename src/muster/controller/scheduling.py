@@ -88,7 +88,8 @@ def job_view(job: Job, blocked: str | None = None, max_starts: int = 1,
         exclusive=job.exclusive, time_limit=job.time_limit, blocked=blocked, max_starts=max_starts,
         constraint=constraint_of(job.features), cpus_per_gpu=job.cpus_per_gpu,
         deadline=job.deadline, time_min=job.time_min, min_cpus=job.min_cpus_node or 0,
-        contiguous=bool(job.contiguous), use_min_nodes=bool(job.use_min_nodes), min_tmp=job.min_tmp_disk or 0,
+        contiguous=bool(job.contiguous), use_min_nodes=bool(job.use_min_nodes),
+        min_tmp=job.min_tmp_disk or 0,
         switches=job.req_switch or None, switch_wait=job.wait4switch)
 
 
