@@ -44,9 +44,8 @@ replays are compared job by job with the snapshot core (docs/simulation.md).
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Callable, Container, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from functools import partial
-from heapq import merge
 from itertools import filterfalse, islice
 from typing import Any
 
@@ -61,8 +60,9 @@ __all__ = ["NodeClassScheduler"]
 
 _MAX_TESTS = 64  # breakpoints earliest_general tries (backfill's wide-job search)
 
-# per admitted job: (queue key, tasks = CPUs, planning duration d, end offset of its limit)
-Info = tuple[tuple[Any, ...], int, int, int]
+# per admitted job: (queue key, tasks = CPUs, planning duration d, end offset of its limit, the
+# job); the key is unique (it ends with the job id), so sorting rows never compares jobs
+Info = tuple[tuple[Any, ...], int, int, int, JobView]
 Pick = list[tuple[int, int]]  # (node position, CPUs) in the order placement chose them
 
 
@@ -76,11 +76,12 @@ class _Resv:
     where positive (free CPUs such a job may not use). :meth:`NodeClassScheduler._start`
     keeps both up to date when a start takes CPUs of a reserved node."""
 
-    __slots__ = ("job_id", "T", "b", "pick", "eff", "excess")
+    __slots__ = ("job_id", "T", "b", "nodes", "eff", "excess")
 
     def __init__(self, job_id: int, T: int, b: dict[int, int], pick: Pick,
                  free: list[int]) -> None:
-        self.job_id, self.T, self.b, self.pick = job_id, T, b, pick
+        self.job_id, self.T, self.b = job_id, T, b
+        self.nodes = [p for p, _ in pick]  # the reserved positions (the reservation's nodes)
         self.eff: dict[int, list[int]] = {}
         self.excess = 0
         for p, v in sorted(b.items()):
@@ -99,7 +100,7 @@ class _Resv:
         self = cls.__new__(cls)
         self.job_id, self.T = job_id, T
         self.b = dict.fromkeys(nodes, 0)
-        self.pick = [(p, 1) for p in nodes]
+        self.nodes = nodes
         self.eff = {}
         self.excess = sum(map(free.__getitem__, nodes))
         return self
@@ -123,7 +124,7 @@ class NodeClassScheduler:
     ends; a pass walks the jobs it is given in queue order (module doc)."""
 
     __slots__ = ("nodes", "part", "cfg", "cpn", "ratio", "free", "byfree", "total", "backfill",
-                 "running", "releases", "_info", "_res", "_wait")
+                 "running", "releases", "_info", "_res", "_wait", "_share")
 
     def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported(nodes, [part], cfg)
@@ -136,15 +137,18 @@ class NodeClassScheduler:
         self.backfill = cfg.backfill
         self.free = [n.cpus_free for n in self.nodes]
         # node class: free CPUs → positions with that many free, ascending
+        # (class 0, the nodes without a free CPU, is not kept: nothing reads it)
         self.byfree: list[list[int]] = [[] for _ in range(self.cpn + 1)]
         for p, c in enumerate(self.free):
-            self.byfree[c].append(p)
+            if c:
+                self.byfree[c].append(p)
         self.total = sum(self.free)
         self.running: dict[int, tuple[int, Pick]] = {}  # job → (estimated end, its CPUs)
         self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
         self._info: dict[int, tuple[JobView, Info]] = {}
         self._res: _Resv | None = None  # the last pass's reservation
         self._wait: tuple[int, int, int] | None = None  # a waiting job not yet reserved
+        self._share: dict[tuple[int, int], NodeAlloc] = {}  # (node, CPUs) → its NodeAlloc
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -182,7 +186,7 @@ class NodeClassScheduler:
             return "a limit under a minute (planned longer than it runs)"
         self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
                                         rq.ntasks, estimate(job, part),
-                                        YEAR if lim is None else 60 * lim))
+                                        YEAR if lim is None else 60 * lim, job))
         return None
 
     def info(self, job: JobView) -> Info:
@@ -196,13 +200,41 @@ class NodeClassScheduler:
 
     # ---- changes ----------------------------------------------------------------------
     def _take(self, p: int, x: int) -> None:
-        """Node ``p`` gives (x > 0) or gets back (x < 0) ``x`` CPUs: move it between classes."""
+        """Node ``p`` gives (x > 0) or gets back (x < 0) ``x`` CPUs: move it between classes.
+        Class 0 is not kept: nothing reads the nodes without a free CPU."""
         old = self.free[p]
         new = self.free[p] = old - x
-        cls = self.byfree[old]
-        del cls[bisect_left(cls, p)]
-        insort(self.byfree[new], p)
+        if old:
+            cls = self.byfree[old]
+            del cls[bisect_left(cls, p)]
+        if new:
+            insort(self.byfree[new], p)
         self.total -= x
+
+    def _take_whole(self, ps: list[int], back: bool) -> None:
+        """:meth:`_take` of one CPU on each one-CPU node of ``ps``, or back: in one pass over
+        the class of free nodes instead of one shift per node (a spread takes the lowest
+        free nodes: a prefix of the class)."""
+        cls, free = self.byfree[1], self.free
+        if back:
+            cls += ps
+            cls.sort()  # two sorted runs: a linear merge
+            for p in ps:
+                free[p] = 1
+            self.total += len(ps)
+        else:
+            k = len(ps)
+            if cls[:k] == ps:  # the lowest free nodes, as a spread on one-CPU nodes takes
+                del cls[:k]
+            elif k > 4:
+                gone = set(ps)
+                cls[:] = [p for p in cls if p not in gone]
+            else:
+                for p in ps:
+                    del cls[bisect_left(cls, p)]
+            for p in ps:
+                free[p] = 0
+            self.total -= len(ps)
 
     def add_running(self, job_id: int, end: int, pick: Pick) -> None:
         """A job already running (started elsewhere) on ``pick``, estimated to end at ``end``
@@ -215,8 +247,11 @@ class NodeClassScheduler:
     def ended(self, job_id: int) -> None:
         """A running job gave its CPUs back."""
         end, pick = self.running.pop(job_id)
-        for p, x in pick:
-            self._take(p, -x)
+        if self.cpn == 1:
+            self._take_whole([p for p, _x in pick], back=True)
+        else:
+            for p, x in pick:
+                self._take(p, -x)
         rel = self.releases
         del rel[bisect_left(rel, (end, job_id))]
 
@@ -224,12 +259,16 @@ class NodeClassScheduler:
     def schedule(self, now: int, queue: Sequence[JobView]) -> list[Start]:
         """The starts ``schedule()`` makes now for these pending jobs (every one admitted),
         applied to this state. Afterwards :attr:`reservation` is the EASY reservation."""
-        infos = sorted((self.info(j), j) for j in queue)
+        get, infos = self._info.get, []
+        for j in queue:  # info(j), inlined: a replay offers millions of jobs to its passes
+            got = get(j.job_id)
+            infos.append(got[1] if got is not None and got[0] is j else self.info(j))
+        infos.sort()
         starts: list[Start] = []
         res: _Resv | None = None
         blocked = False
         self._wait = None
-        for (key, n, d, off), job in infos:
+        for key, n, d, off, job in infos:
             if not self.total and res is not None:
                 break  # no CPU free and the reservation made: nothing else can change
             if self._wait is not None:  # a waiting job before this one: reserve first
@@ -253,32 +292,47 @@ class NodeClassScheduler:
         """The last pass's EASY reservation: (job, expected start, node names), or None."""
         res = self._res
         return None if res is None else (
-            res.job_id, res.T, tuple(self.nodes[p].name for p, _ in sorted(res.pick)))
+            res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.nodes)))
 
     def _start(self, job: JobView, n: int, d: int, off: int, now: int, pick: Pick,
                res: _Resv | None, blocked: bool, starts: list[Start]) -> None:
         jid = job.job_id
         past = res is not None and now + d > res.T
         free = self.free
-        for p, x in pick:
-            if res is not None and p in res.b:
-                old_free, old_b = free[p], res.b[p]
-                self._take(p, x)
-                if past:  # it still holds these CPUs at T
-                    res.b[p] -= x
-                res.moved(p, old_free, old_b, free[p])
-            else:
+        plain = pick
+        if res is not None:
+            plain = []
+            for p, x in pick:
+                if p in res.b:
+                    old_free, old_b = free[p], res.b[p]
+                    self._take(p, x)
+                    if past:  # it still holds these CPUs at T
+                        res.b[p] -= x
+                    res.moved(p, old_free, old_b, free[p])
+                else:
+                    plain.append((p, x))
+        if self.cpn == 1:
+            self._take_whole([p for p, _x in plain], back=False)
+        else:
+            for p, x in plain:
                 self._take(p, x)
         # planned on [now, now + d); later passes see it end where the lifecycle puts it
         # (start + limit): the two differ only for limits under a minute, not admitted
         self.running[jid] = (now + off, pick)
         insort(self.releases, (now + off, jid))
-        nodes, ratio = self.nodes, self.ratio
+        share = self._share
         alloc = Allocation(job_id=jid, nodes=tuple(
-            NodeAlloc(node=nodes[p].name, cpus=x, mem=ratio * x, gpus=(), tasks=x)
-            for p, x in sorted(pick)))
+            share.get(px) or self._new_share(px) for px in sorted(pick)))
         starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
                             scheduler="Backfill" if blocked else "Main"))
+
+    def _new_share(self, px: tuple[int, int]) -> NodeAlloc:
+        """The (immutable) share of ``x`` CPUs of node ``p``, made once and handed out again:
+        a pass builds one per node of every start."""
+        p, x = px
+        na = self._share[px] = NodeAlloc(node=self.nodes[p].name, cpus=x, mem=self.ratio * x,
+                                         gpus=(), tasks=x)
+        return na
 
     # ---- placement now ----------------------------------------------------------------
     def _fit(self, n: int, d: int, now: int, res: _Resv | None) -> Pick | None:
@@ -331,17 +385,21 @@ class NodeClassScheduler:
         return None
 
     def _order(self, skip: Container[int] | None,
-               extra: dict[int, list[int]] | None) -> Iterator[tuple[int, int]]:
-        """Nodes with usable CPUs as ``(cpus, position)``, most CPUs first, lowest index
-        first among equals (placement's spreading order). Lazy: the spreading reads only
-        the nodes it takes."""
+               extra: dict[int, list[int]] | None) -> Iterator[tuple[int, list[int]]]:
+        """Nodes with usable CPUs in placement's spreading order (most CPUs first, lowest
+        index first among equals), as ``(cpus, positions)`` per class. Lazy by class: the
+        spreading reads only the classes it takes from."""
         byfree = self.byfree
         for c in range(self.cpn, 0, -1):
-            cls: Iterable[int] = byfree[c]
+            cls = byfree[c]
             if skip is not None and extra is not None:
-                cls = merge((p for p in cls if p not in skip), extra.get(c, ()))
-            for p in cls:
-                yield c, p
+                ex = extra.get(c)
+                cls = [p for p in cls if p not in skip]
+                if ex:
+                    cls += ex
+                    cls.sort()  # two ascending runs: a linear merge
+            if cls:
+                yield c, cls
 
     # ---- the reservation --------------------------------------------------------------
     def _ends(self, now: int) -> list[tuple[int, int]]:
@@ -407,45 +465,51 @@ class NodeClassScheduler:
         distinct breakpoints, counting nodes instead of CPUs. Every node free at the
         breakpoint has its one CPU then (those the ends free are busy now, in no class with
         CPUs), and spreading takes the ``n`` lowest: a reservation of whole nodes."""
-        running, freed = self.running, []
+        running = self.running
         need = n - self.total
-        i, k, tests = 0, len(ends), 1
+        i, k, tests, got = 0, len(ends), 1, 0
         while i < k:
             t = ends[i][0]
             if t > horizon:
                 return None
             while i < k and ends[i][0] == t:
-                freed += [p for p, _x in running[ends[i][1]][1]]
+                got += len(running[ends[i][1]][1])  # nodes counted; named once it is enough
                 i += 1
             tests += 1
             if tests > _MAX_TESTS:
                 return None
-            if len(freed) >= need:
+            if got >= need:
+                freed = [p for _t, j in ends[:i] for p, _x in running[j][1]]
                 return _Resv.whole(jid, t, sorted(self.byfree[1][:n] + freed)[:n], self.free)
         return None
 
 
-def _spread(n: int, order: Iterator[tuple[int, int]],
+def _spread(n: int, order: Iterator[tuple[int, list[int]]],
             smallest: Callable[[int, int], tuple[int, int] | None]) -> Pick | None:
-    """Placement's spreading of ``n`` one-CPU tasks over nodes given as ``(cpus, p)`` most
-    CPUs first: take nodes until ``n`` are covered, swap the last for the best fit (fewest
-    CPUs, lowest index) among it and the nodes after it that cover the remainder (every
-    node after it has at most its CPUs: ``smallest(lo, hi)`` finds the best with
-    ``lo <= cpus < hi``), fill the nodes in order (each full but the last)."""
-    chosen: list[tuple[int, int]] = []
+    """Placement's spreading of ``n`` one-CPU tasks over nodes given by class, most CPUs
+    first (``(cpus, positions)``, positions ascending): take nodes until ``n`` are covered,
+    swap the last for the best fit (fewest CPUs, lowest index) among it and the nodes after
+    it that cover the remainder (every node after it has at most its CPUs: ``smallest(lo,
+    hi)`` finds the best with ``lo <= cpus < hi``), fill the nodes in order (each full but
+    the last)."""
+    pick: Pick = []
     st = 0
-    for c, p in order:
-        chosen.append((c, p))
-        st += c
-        if st >= n:
+    for c, cls in order:
+        k = -(-(n - st) // c)  # the nodes of this class that cover the rest
+        if k <= len(cls):
+            pick += [(p, c) for p in cls[:k]]
+            st += c * k
             break
+        pick += [(p, c) for p in cls]
+        st += c * len(cls)
     else:
         return None
-    last_c, last_p = chosen[-1]
+    last_p, last_c = pick.pop()
     rt = n - (st - last_c)
     best = (last_c, last_p)
     if rt < last_c:
         got = smallest(rt, last_c)
         if got is not None:
             best = got
-    return [(p, c) for c, p in chosen[:-1]] + [(best[1], rt)]
+    pick.append((best[1], rt))
+    return pick
