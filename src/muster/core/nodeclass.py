@@ -143,7 +143,8 @@ class NodeClassScheduler:
             if c:
                 self.byfree[c].append(p)
         self.total = sum(self.free)
-        self.running: dict[int, tuple[int, Pick]] = {}  # job → (estimated end, its CPUs)
+        # job → (estimated end, its CPUs, their positions)
+        self.running: dict[int, tuple[int, Pick, list[int]]] = {}
         self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
         self._info: dict[int, tuple[JobView, Info]] = {}
         self._res: _Resv | None = None  # the last pass's reservation
@@ -241,14 +242,14 @@ class NodeClassScheduler:
         (:func:`~muster.core.backfill.running_end`): its CPUs are taken now."""
         for p, x in pick:
             self._take(p, x)
-        self.running[job_id] = (end, pick)
+        self.running[job_id] = (end, pick, [p for p, _x in pick])
         insort(self.releases, (end, job_id))
 
     def ended(self, job_id: int) -> None:
         """A running job gave its CPUs back."""
-        end, pick = self.running.pop(job_id)
+        end, pick, where = self.running.pop(job_id)
         if self.cpn == 1:
-            self._take_whole([p for p, _x in pick], back=True)
+            self._take_whole(where, back=True)
         else:
             for p, x in pick:
                 self._take(p, -x)
@@ -311,14 +312,15 @@ class NodeClassScheduler:
                     res.moved(p, old_free, old_b, free[p])
                 else:
                     plain.append((p, x))
+        where = [p for p, _x in pick]
         if self.cpn == 1:
-            self._take_whole([p for p, _x in plain], back=False)
+            self._take_whole(where if plain is pick else [p for p, _x in plain], back=False)
         else:
             for p, x in plain:
                 self._take(p, x)
         # planned on [now, now + d); later passes see it end where the lifecycle puts it
         # (start + limit): the two differ only for limits under a minute, not admitted
-        self.running[jid] = (now + off, pick)
+        self.running[jid] = (now + off, pick, where)
         insort(self.releases, (now + off, jid))
         share = self._share
         alloc = Allocation(job_id=jid, nodes=tuple(
@@ -479,7 +481,9 @@ class NodeClassScheduler:
             if tests > _MAX_TESTS:
                 return None
             if got >= need:
-                freed = [p for _t, j in ends[:i] for p, _x in running[j][1]]
+                freed = []
+                for _t, j in ends[:i]:
+                    freed += running[j][2]
                 return _Resv.whole(jid, t, sorted(self.byfree[1][:n] + freed)[:n], self.free)
         return None
 
