@@ -51,7 +51,7 @@ from typing import Any
 
 from . import priority as prio
 from .backfill import YEAR, estimate
-from .placement import Allocation, NodeAlloc, request_of
+from .placement import Allocation, NodeAlloc, Request, request_key, request_of
 from .pooled import job_outside, settings_outside
 from .schedule import Start, order_key
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
@@ -124,7 +124,7 @@ class NodeClassScheduler:
     ends; a pass walks the jobs it is given in queue order (module doc)."""
 
     __slots__ = ("nodes", "part", "cfg", "cpn", "ratio", "free", "byfree", "total", "backfill",
-                 "running", "releases", "_info", "_res", "_wait", "_share")
+                 "running", "releases", "_info", "_res", "_wait", "_share", "_requests")
 
     def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported(nodes, [part], cfg)
@@ -150,6 +150,7 @@ class NodeClassScheduler:
         self._res: _Resv | None = None  # the last pass's reservation
         self._wait: tuple[int, int, int] | None = None  # a waiting job not yet reserved
         self._share: dict[tuple[int, int], NodeAlloc] = {}  # (node, CPUs) → its NodeAlloc
+        self._requests: dict[tuple[Any, ...], Request] = {}  # request_key → the request (one config)
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -174,7 +175,10 @@ class NodeClassScheduler:
         why = job_outside(job, part, "node-class")
         if why is not None:
             return why
-        rq = request_of(job, self.cfg)
+        key = request_key(job)  # jobs of one shape share their request (replays: thousands)
+        rq = self._requests.get(key)
+        if rq is None:
+            rq = self._requests[key] = request_of(job, self.cfg)
         if rq.tasks_mode != "pack" or rq.cpt != 1 or rq.lo != 1 or rq.hi is not None or \
                 rq.tpn is not None or rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or \
                 rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
