@@ -1,16 +1,25 @@
 """Scheduling passes off the request path (muster.controller.passes), on the in-process
-controller: the pure part of a pass runs in the scheduling thread while the event loop answers
-requests, and the plan is applied against the state as it is when the pass ends.
+controller: the pure part of a pass runs off the loop (a forked child; the thread as its
+fallback) while the event loop answers requests, and the plan is applied against the state as
+it is when the pass ends.
 
-Each test holds the scheduling thread inside its pass (``_Gate``) until the test, on the
-loop, has made the requests it needs; nothing waits on time.
+The in-flight tests hold the scheduling thread inside its pass (``_Gate``) until the test, on
+the loop, has made the requests it needs; nothing waits on time. The forked worker's tests
+compare its plan with the core's in this process, and check what a failed or signalled child
+does to the controller: nothing but a logged fallback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import signal
 import threading
+import time
 
+from muster.controller import passes as passes_mod
+from muster.core import schedule
 from muster.model.job import PENDING, RUNNING
 
 TIMEOUT = 30
@@ -34,7 +43,9 @@ class _Gate:
 
 
 async def _in_flight(ip, meanwhile) -> None:
-    """One daemon-style pass; ``meanwhile()`` runs on the loop while its plan is computed."""
+    """One daemon-style pass; ``meanwhile()`` runs on the loop while its plan is computed
+    (in the thread: the gate holds it there)."""
+    ip.ctl.passes.mode = "thread"
     gate = _Gate(ip.ctl.passes)
     task = asyncio.ensure_future(ip.ctl.passes.run_async())
     while not gate.computed.is_set():
@@ -86,3 +97,83 @@ def test_a_cluster_change_while_the_plan_is_computed_drops_it_whole(ip):
     ip.settle()  # the next pass decides on the drained cluster: one job on n1
     started = [j for j in (a, b) if ip.job(j).state == RUNNING]
     assert len(started) == 1 and ip.job(started[0]).node_list == "n1"
+
+
+def _all_reaped(passes) -> None:
+    """The forked passes are reaped once they have exited (at the latest by the next pass:
+    the reply can come before the child is gone)."""
+    deadline = time.monotonic() + TIMEOUT
+    while passes._children:
+        assert time.monotonic() < deadline, f"forked passes never exited: {passes._children}"
+        time.sleep(0.01)
+        passes._reap()
+
+
+def test_a_forked_pass_makes_the_plan_the_core_makes_here(ip):
+    jobs = [ip.submit(ntasks=n) for n in (4, 2, 2, 4, 1, 3)]
+    passes = ip.ctl.passes
+    assert passes.mode == "fork"  # the daemon's default
+    prep = passes.prepare()
+    here = schedule(prep.snap, prep.sched_cfg)
+    plan, core_s = asyncio.run(passes._forked(prep))
+    assert plan == here and core_s > 0
+    assert plan.starts and set(plan.reasons) | {s.job_id for s in plan.starts} >= set(jobs)
+    _all_reaped(passes)
+    asyncio.run(passes.run_async())  # and a whole daemon-style pass through it applies
+    started = {s.job_id for s in here.starts}
+    assert {j for j in jobs if ip.job(j).state == RUNNING} == started == {jobs[0], jobs[1]}
+    assert passes.log[-1]["worker"] == "fork" and passes.log[-1]["starts"] == 2
+
+
+def test_a_failing_forked_pass_is_logged_and_computed_in_the_thread(ip, monkeypatch, caplog):
+    a = ip.submit(ntasks=4)
+    passes = ip.ctl.passes
+    calls = []
+
+    def broken(snap, cfg):  # inherited by the child; the thread's call (here) works
+        if os.getpid() != parent:
+            raise RuntimeError("core bug in the child")
+        calls.append(snap)
+        return schedule(snap, cfg)
+    parent = os.getpid()
+    monkeypatch.setattr(passes_mod, "schedule", broken)
+    with caplog.at_level(logging.ERROR, logger="musterctld"):
+        asyncio.run(passes.run_async())
+    assert "core bug in the child" in caplog.text  # the child's traceback, logged
+    assert len(calls) == 1  # computed once more, in the thread
+    assert ip.job(a).state == RUNNING
+
+
+def test_a_signal_to_the_forked_pass_never_reaches_the_controller(ip, monkeypatch):
+    """The child resets the loop's signal handlers and wake-up fd: a SIGTERM sent to it
+    ends it (the pass falls back to the thread) and is not the controller's SIGTERM."""
+    a = ip.submit(ntasks=4)
+    passes = ip.ctl.passes
+    parent = os.getpid()
+
+    def slow(snap, cfg):
+        if os.getpid() != parent:
+            time.sleep(60)  # until the test's signal
+        return schedule(snap, cfg)
+    monkeypatch.setattr(passes_mod, "schedule", slow)
+    got = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, got.append, "controller's SIGTERM")
+        try:
+            task = asyncio.ensure_future(passes.run_async())
+            deadline = loop.time() + TIMEOUT
+            while not passes._children:
+                assert loop.time() < deadline, "no child was forked"
+                await asyncio.sleep(0.001)
+            (child,) = passes._children
+            os.kill(child, signal.SIGTERM)
+            await asyncio.wait_for(task, TIMEOUT)
+            await asyncio.sleep(0)  # a signal byte on the wake-up fd would be handled now
+        finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+    asyncio.run(scenario())
+    assert got == []
+    assert ip.job(a).state == RUNNING  # the thread computed the pass
+    _all_reaped(passes)

@@ -1,11 +1,25 @@
-"""Scheduling passes off the request path: the pure part of a pass runs in a worker thread.
+"""Scheduling passes off the request path: the pure part of a pass runs in a forked worker.
 
 A pass has three parts. ``prepare`` (the clock's events, then the snapshot: a pure read) and
 ``finish`` (the plan applied in one commit, preemptions) touch the controller's state and run
-on the event loop; ``schedule(snapshot, cfg)`` is pure and runs in the one scheduling thread,
-so the loop answers requests meanwhile. One pass at a time: the next is prepared only after
-the last one's plan was applied, and ``core_lock`` serialises the core against the rare
-synchronous pass (``srun --immediate`` calls ``Controller.schedule_once`` from a handler).
+on the event loop; ``schedule(snapshot, cfg)`` is pure and runs in a child forked for the
+pass, so the loop answers requests meanwhile, on its own core. One pass at a time: the next
+is prepared only after the last one's plan was applied. The rare synchronous pass
+(``srun --immediate`` calls ``Controller.schedule_once`` from a handler) runs on the loop.
+
+Why a forked child per pass (docs/design.md, "Scheduling in the live controller"): the child
+starts with the snapshot already in its memory (copy-on-write: no serialisation on the loop;
+fork takes ~3 ms at 110 MiB), computes without sharing the GIL with the loop (a thread's pass
+took 3-5x its pure time while requests were served, and made every request slower while it
+ran), and sends back only the plan, pickled (~100 KB for 10,000 pending jobs: ~3 ms to load).
+The plan is the one ``schedule()`` makes in this process: the same function on the same
+snapshot (a test compares them). What the core memoises across passes (each job's normalised
+request, ``placement.request_of``) is filled on the loop as jobs' views are made, so each
+child inherits it. The child resets the signal handlers and the loop's wake-up fd, so a signal
+sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to answer (then
+it is killed). A child that fails, or a fork that fails, falls back to the thread for that
+pass (logged). ``MUSTER_SCHED_WORKER=thread`` always uses the thread, ``0`` runs passes
+inline on the loop (both for A/B measurements).
 
 The plan is computed against the snapshot, and applied against the state as it is *then*
 (``apply_plan`` re-checks each start's nodes and resources). What it cannot re-check cheaply
@@ -19,24 +33,24 @@ is handled here:
   the pass stale, as does a new configuration object or SchedConfig; a stale plan is dropped
   whole and a new pass requested. Unknown operations are unsafe by default.
 
-Why a thread and not a process or a time-sliced core (measured on 1,024 emulated nodes with
-10,000 pending; docs/benchmarks.md, "scale"): the core is pure Python, so the thread shares the
-GIL with the loop, but CPython hands the GIL over every switch interval, so a request never waits
-for a whole pass: its handling time at most about doubles while a pass runs, instead of waiting
-behind it. A process would need the snapshot (or the incremental core's state) serialised to it
-on every pass, on the loop; time slicing would need the core to yield, i.e. a second shape of
-the core. ``MUSTER_SCHED_WORKER=0`` runs passes inline on the loop (for A/B measurements).
+The thread (``MUSTER_SCHED_WORKER=thread``, and the fallback): the core is pure Python, so
+it shares the GIL with the loop; CPython hands the GIL over every switch interval, so a
+request never waits for a whole pass, but its handling time about doubles while one runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import gc
 import logging
 import os
+import pickle
+import signal
 import sys
 import threading
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -44,6 +58,7 @@ from muster.controller.scheduling import (advance, apply_plan, apply_reasons, bu
                                           merged_reasons)
 from muster.controller.state import now
 from muster.core import schedule
+from muster.core.placement import request_of
 
 log = logging.getLogger("musterctld")
 
@@ -60,6 +75,7 @@ SAFE_DURING_PASS = frozenset((
 SWITCH_INTERVAL_S = 0.001  # GIL hand-over while a pass runs: a request waits at most ~this
 REASON_SLICE = 500  # reasons applied per slice between requests (a few ms each)
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
+CHILD_LIMIT_S = 120  # a forked pass that has not answered by then is killed (SIGALRM)
 
 
 @dataclass(slots=True)
@@ -80,8 +96,15 @@ class PassRunner:
 
     def __init__(self, ctl):
         self.ctl = ctl
-        self.worker = os.environ.get("MUSTER_SCHED_WORKER", "1") != "0"
+        mode = os.environ.get("MUSTER_SCHED_WORKER", "fork")
+        self.mode = {"0": "inline", "1": "fork"}.get(mode, mode)
+        if self.mode not in ("fork", "thread", "inline") or \
+                self.mode == "fork" and not hasattr(os, "fork"):
+            self.mode = "thread"
+        self.worker = self.mode != "inline"
         self._pool: ThreadPoolExecutor | None = None
+        self._children: set[int] = set()  # forked passes not reaped yet
+        self.pure_s: float | None = None  # the last forked pass's compute time, in the child
         self.core_lock = threading.Lock()
         self.in_flight = False
         self.stale = False
@@ -101,6 +124,12 @@ class PassRunner:
         t = now()
         advance(ctl.state, t)  # the clock's events (dependencies, reservations), committed
         snap, shell_reasons = build_snapshot(ctl.state, t)  # a pure read
+        if self.mode == "fork":
+            # the core's per-job memo, filled here (a lookup for a job seen before) so that
+            # every forked pass inherits it instead of normalising every pending job again
+            cfg = ctl.sched_cfg
+            for view in snap.pending:
+                request_of(view, cfg)
         return Prepared(t, snap, shell_reasons, ctl.state.cfg, ctl.sched_cfg,
                         time.perf_counter() - t0)
 
@@ -126,16 +155,19 @@ class PassRunner:
             self.run_sync()
             return
         prep = self.prepare()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="sched")
-            sys.setswitchinterval(SWITCH_INTERVAL_S)
         state = self.ctl.state
         changed: set[int] = set()
         state.pass_changes = changed
         self.in_flight, self.stale = True, False
         try:
-            plan, core_s = await asyncio.get_running_loop().run_in_executor(
-                self._pool, self.compute, prep)
+            self.pure_s = None
+            t0 = time.perf_counter()
+            got = await self._forked(prep) if self.mode == "fork" else None
+            if got is not None:  # the core's time: from the fork to the plan loaded here
+                plan, self.pure_s = got[0], got[1]
+                core_s = time.perf_counter() - t0
+            else:
+                plan, core_s = await self._threaded(prep)
             self.in_flight = False
             stale = self.stale or state.cfg is not prep.cfg \
                 or self.ctl.sched_cfg is not prep.sched_cfg
@@ -143,6 +175,59 @@ class PassRunner:
         finally:
             self.in_flight = False
             state.pass_changes = None
+
+    async def _threaded(self, prep: Prepared):
+        """The pure part in the scheduling thread: (plan, seconds)."""
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="sched")
+            sys.setswitchinterval(SWITCH_INTERVAL_S)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.compute, prep)
+
+    async def _forked(self, prep: Prepared):
+        """The pure part in a child forked now: (plan, seconds), or None when the child or
+        the fork failed (logged; the caller computes in the thread instead)."""
+        self._reap()
+        r, w = os.pipe()
+        # the loop's signals are blocked across the fork, so none reaches the child before it
+        # has dropped the loop's handlers (the parent gets its own when it unblocks them)
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _CHILD_RESETS)
+        try:
+            pid = os.fork()
+        except OSError as e:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+            os.close(r)
+            os.close(w)
+            log.warning("scheduling pass: fork failed (%s); computing in a thread", e)
+            return None
+        if pid == 0:  # the child: never returns
+            _child_pass(prep, r, w, old_mask)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        os.close(w)
+        self._children.add(pid)
+        try:
+            data = await _read_to_end(r, CHILD_LIMIT_S + 5)
+        finally:
+            os.close(r)
+            self._reap()
+        try:
+            status, payload = pickle.loads(data) if data else ("error", "no answer")
+        except Exception as e:  # noqa: BLE001 - a truncated or garbled answer
+            status, payload = "error", f"unreadable answer ({e})"
+        if status == "ok":
+            return payload
+        log.error("scheduling pass: the forked worker failed, computing in a thread: %s",
+                  payload)
+        return None
+
+    def _reap(self) -> None:
+        """Collect forked passes that have exited (a zombie is waited for at the next pass)."""
+        for pid in list(self._children):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self._children.discard(pid)
 
     async def _apply_sliced(self, prep: Prepared, plan, core_s: float, changed: set,
                             stale: bool) -> None:
@@ -207,7 +292,75 @@ class PassRunner:
                          "total_ms": round(total_s * 1000, 3),
                          "core_ms": round(core_s * 1000, 3), "loop_ms": round(loop_s * 1000, 3),
                          "prepare_ms": round(prep.loop_s * 1000, 3),
-                         "changed": changed, "discarded": stale})
+                         "changed": changed, "discarded": stale, "worker": self.mode,
+                         # the forked child's own compute time (core_ms adds the fork and
+                         # the plan's transfer); None when the pass ran in this process
+                         "pure_ms": None if self.pure_s is None else round(self.pure_s * 1000, 3)})
+        self.pure_s = None
+
+
+_CHILD_RESETS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+
+
+def _child_pass(prep: Prepared, r: int, w: int, mask) -> None:
+    """The forked pass: compute the plan on the inherited snapshot, write it pickled to
+    ``w`` as ("ok", (plan, seconds)) or ("error", traceback), exit. Nothing of the
+    controller's runs here: no handler, no store, no logging; ``os._exit`` skips every
+    finaliser (the parent's sockets and database connections are its own)."""
+    code = 1
+    try:
+        os.close(r)
+        signal.set_wakeup_fd(-1)  # a signal to the child must not wake the parent's loop
+        for sig in _CHILD_RESETS:
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.alarm(CHILD_LIMIT_S)  # the default action ends the child
+        gc.disable()  # nothing lives long enough here to need collecting
+        try:
+            t0 = time.perf_counter()
+            plan = schedule(prep.snap, prep.sched_cfg)  # type: ignore[arg-type]
+            out: tuple = ("ok", (plan, time.perf_counter() - t0))
+        except BaseException:  # noqa: BLE001 - reported to the parent, which logs it
+            out = ("error", traceback.format_exc(limit=30))
+        view = memoryview(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
+        while view:
+            view = view[os.write(w, view):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+async def _read_to_end(fd: int, limit_s: float) -> bytes:
+    """Everything written to the pipe ``fd`` until its writer closed it; what came within
+    ``limit_s`` seconds if the writer never closes it."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    done = loop.create_future()
+
+    def readable() -> None:
+        try:
+            while True:
+                b = os.read(fd, 1 << 20)
+                if not b:
+                    break
+                chunks.append(b)
+        except BlockingIOError:
+            return
+        except OSError:
+            pass
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    try:
+        await asyncio.wait_for(done, limit_s)
+    except TimeoutError:
+        log.error("scheduling pass: the forked worker did not answer in %.0f s", limit_s)
+        chunks.clear()
+    finally:
+        loop.remove_reader(fd)
+    return b"".join(chunks)
 
 
 def without_jobs(plan, jobs: set):
