@@ -1,16 +1,20 @@
-"""squeue --json's cached records (muster.controller.jobjson) never go stale: after every kind
-of change a job goes through (scontrol update, hold/release, the scheduler's reasons and
+"""squeue's cached records and rows (muster.controller.jobjson) never go stale: after every
+kind of change a job goes through (scontrol update, hold/release, the scheduler's reasons and
 priorities, start, end, cancel, requeue, node failure, purge), the ``encoded`` listing is byte
-for byte what squeue built itself from the plain ``jobs`` reply before, and jobs nothing
-changed are served from the cache (harness: tests/inproc/conftest.py)."""
+for byte what squeue built itself from the plain ``jobs`` reply before, the columnar rows are
+those built afresh from the jobs, and jobs nothing changed are served from the cache
+(harness: tests/inproc/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 
+from muster.cli.squeue import LIGHT_FIELDS
 from muster.common import fmt_json, litejson
+from muster.controller.handlers import row_of
 
 DEFAULT = ["COMPLETING", "CONFIGURING", "PENDING", "RUNNING", "STAGE_OUT", "SUSPENDED"]
+COLUMNS = [*LIGHT_FIELDS, "start_time", "array_task_str", "reason", "priority", "time_limit"]
 
 
 def check(ip, **query) -> dict[int, dict]:
@@ -24,6 +28,13 @@ def check(ip, **query) -> dict[int, dict]:
                                for r in plain["jobs"]])
     assert plain["cluster"] and enc["cluster"] == plain["cluster"]  # ClusterName, as Slurm
     assert got == want
+    rows_reply = ip.request("jobs", fields=COLUMNS, rows=True, **query)
+    fields = tuple(rows_reply["fields"])
+    jobs = ip.ctl.state.jobs
+    fresh = [row_of(jobs[r[fields.index("job_id")]], fields) for r in rows_reply["rows"]]
+    assert rows_reply["rows"] == fresh  # the cached rows are the jobs' rows now
+    assert {r[fields.index("job_id")] for r in rows_reply["rows"]} == \
+        {r["job_id"] for r in plain["jobs"]}
     return {r["job_id"]: r for r in json.loads(got)}
 
 

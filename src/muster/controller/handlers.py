@@ -22,6 +22,7 @@ import grp
 import logging
 import signal as _signal
 import weakref
+from functools import partial
 
 from muster.common import clock
 from muster.common.errors import AccessDenied, InvalidJobId, RequestError
@@ -215,11 +216,11 @@ def jobs(ctl, msg, uid, gid):
             raise InvalidJobId()
         out: dict = {"ok": True, "now": now(), "cluster": ctl.cfg.cluster_name}
         if fields is not None:
-            out.update(fields=fields, rows=_rows(sel, fields))
+            out.update(fields=fields, rows=_rows(ctl, sel, fields))
         out["records"] = ctl.state.records.listing(sel)  # last: the command reads it raw
         return out
     if fields is not None and msg.get("rows"):
-        rows = _rows(sel, fields)
+        rows = _rows(ctl, sel, fields)
         if msg.get("job_ids") and not rows and not any(ctl.state.find(i) for i in msg["job_ids"]):
             raise InvalidJobId()
         return {"fields": fields, "rows": rows, "now": now(), "cluster": ctl.cfg.cluster_name}
@@ -238,21 +239,26 @@ def jobs(ctl, msg, uid, gid):
     return {"jobs": recs, "now": now(), "cluster": ctl.cfg.cluster_name}
 
 
-def _rows(sel: list[Job], fields: list[str]) -> list[list]:
+def _rows(ctl, sel: list[Job], fields: list[str]) -> list[list]:
     """The columnar reply: one list per job instead of a dict (half the bytes to encode and
-    parse), each value as the job's record shows it (``fields`` holds ``state``)."""
-    si = fields.index("state")
-    rows = [[getattr(j, f) for f in fields] for j in sel]
-    arr = fields.index("array_task_str") if "array_task_str" in fields else None
-    st_i = fields.index("start_time") if "start_time" in fields else None
-    for j, row in zip(sel, rows):
-        if j.completing:
-            row[si] = "COMPLETING"
-        if st_i is not None and j.state == PENDING and j.expected_start is not None:
-            row[st_i] = j.expected_start
-        if arr is not None and j.pending_tasks:
-            row[arr] = j.to_record(["array_task_str"])["array_task_str"]
-    return rows
+    parse), each value as the job's record shows it (``fields`` holds ``state``). A job's
+    row is built once per set of columns and kept until the job changes (the record cache's
+    invariant: every change passes ClusterState.save or .shown): a 10,000-job squeue built
+    them all on every call, the loop's largest single cost while a big queue is watched."""
+    key = tuple(fields)
+    return ctl.state.records.rows(sel, key, partial(row_of, fields=key))
+
+
+def row_of(job: Job, fields: tuple[str, ...]) -> list:
+    """One job's row of :func:`_rows`."""
+    row = [getattr(job, f) for f in fields]
+    if job.completing:
+        row[fields.index("state")] = "COMPLETING"
+    if job.state == PENDING and job.expected_start is not None and "start_time" in fields:
+        row[fields.index("start_time")] = job.expected_start
+    if job.pending_tasks and "array_task_str" in fields:
+        row[fields.index("array_task_str")] = job.to_record(["array_task_str"])["array_task_str"]
+    return row
 
 
 @op("nodes")

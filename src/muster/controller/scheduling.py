@@ -17,7 +17,7 @@ from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever
 from muster.core.confview import partition_views, sched_config, topology_fields
 from muster.core.schedule import R_DEADLINE
 from muster.core import features
-from muster.core.placement import NodeAlloc
+from muster.core.placement import NodeAlloc, empty_view
 from muster.core.snapshot import RunningView
 from muster.lifecycle import deps as depmod
 from muster.lifecycle import events
@@ -117,10 +117,11 @@ class FitChecker:
 
     def __call__(self, job: Job, partition: str) -> str | None:
         nodes = self._cache.get(partition)
-        if nodes is None:
-            nodes = self._cache[partition] = [v for v in node_views(self._state, empty=True)
-                                              if partition in v.partitions]
-        return fits_ever(job_view(job), nodes, self._cfg)
+        if nodes is None:  # as fits_ever would make them (empty_view): once, not per request
+            nodes = self._cache[partition] = [
+                empty_view(v) for v in node_views(self._state, empty=True)
+                if partition in v.partitions]
+        return fits_ever(job_view(job), nodes, self._cfg, already_empty=True)
 
 
 def blocked_reason(state, job: Job, t: int) -> str | None:
