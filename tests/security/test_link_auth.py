@@ -409,7 +409,8 @@ def test_controller_closes_the_link_on_forged_replayed_reordered_or_injected_fra
     frame = link.seal(release)
     link.sock.sendall(frame)
     assert link.recv()["ok"]
-    assert reason(c, jid) == "BeginTime"
+    # released: "None" until the next scheduling pass gives the begin time's reason
+    wait_for(lambda: reason(c, jid) == "BeginTime", timeout=30, what="BeginTime after release")
     assert c.run(["scontrol", "hold", str(jid)], user=TEST_USER).rc == 0
     link.sock.sendall(frame)
     assert linkpeer.closed_by_peer(link.sock)

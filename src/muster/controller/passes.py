@@ -149,8 +149,9 @@ class PassRunner:
         self.finish(prep, plan, core_s, set(), stale=False)
 
     async def run_async(self) -> None:
-        """One pass with its pure part in the scheduling thread (inline when the worker is
-        off); the loop serves requests while it runs, and between the slices of reasons."""
+        """One pass with its pure part off the loop (a forked child; the scheduling thread
+        when so set or when the child fails; inline when the worker is off): the loop serves
+        requests while it runs, and between the slices of reasons."""
         if not self.worker:
             self.run_sync()
             return

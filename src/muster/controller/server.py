@@ -214,7 +214,7 @@ class Controller:
             self._wake.clear()
             t0 = time.perf_counter()
             try:
-                await self.passes.run_async()  # the core in the scheduling thread
+                await self.passes.run_async()  # the core in a forked child (passes.py)
             except Exception:  # a bug here must not kill the controller
                 log.exception("scheduling pass failed")
             last = min(time.perf_counter() - t0, 0.5)
