@@ -15,6 +15,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 
@@ -176,4 +177,33 @@ def test_a_signal_to_the_forked_pass_never_reaches_the_controller(ip, monkeypatc
     asyncio.run(scenario())
     assert got == []
     assert ip.job(a).state == RUNNING  # the thread computed the pass
+    _all_reaped(passes)
+
+
+def test_the_forked_pass_holds_none_of_the_controllers_descriptors(ip, monkeypatch):
+    """A listening socket (as the controller's) is closed in the child: a controller
+    restarted while a pass computes binds its ports, and peers see its end when it ends."""
+    a = ip.submit(ntasks=4)
+    passes = ip.ctl.passes
+    parent = os.getpid()
+    in_parent = []
+    with socket.socket() as lsock:
+        lsock.bind(("127.0.0.1", 0))
+        lsock.listen()
+        fd = lsock.fileno()
+
+        def probe(snap, cfg):
+            if os.getpid() == parent:
+                in_parent.append(snap)  # the thread's fallback: the child failed
+            else:
+                try:
+                    os.fstat(fd)
+                except OSError:
+                    return schedule(snap, cfg)  # closed there, as it must be
+                raise RuntimeError("the listening socket is open in the forked pass")
+            return schedule(snap, cfg)
+        monkeypatch.setattr(passes_mod, "schedule", probe)
+        asyncio.run(passes.run_async())
+    assert in_parent == []  # the child's plan was taken
+    assert ip.job(a).state == RUNNING
     _all_reaped(passes)

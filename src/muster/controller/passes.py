@@ -301,22 +301,27 @@ class PassRunner:
 
 
 _CHILD_RESETS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
+_MAX_FD = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
 
 
 def _child_pass(prep: Prepared, r: int, w: int, mask) -> None:
     """The forked pass: compute the plan on the inherited snapshot, write it pickled to
     ``w`` as ("ok", (plan, seconds)) or ("error", traceback), exit. Nothing of the
     controller's runs here: no handler, no store, no logging; ``os._exit`` skips every
-    finaliser (the parent's sockets and database connections are its own)."""
+    finaliser. Every inherited descriptor but ``w`` and the standard ones is closed first:
+    the listening sockets (a controller restarted meanwhile binds its ports at once), the
+    agents' and clients' connections (a peer sees the controller's end when it ends), the
+    store's connection."""
     code = 1
     try:
-        os.close(r)
         signal.set_wakeup_fd(-1)  # a signal to the child must not wake the parent's loop
         for sig in _CHILD_RESETS:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         signal.alarm(CHILD_LIMIT_S)  # the default action ends the child
         gc.disable()  # nothing lives long enough here to need collecting
+        os.closerange(3, w)  # r among them
+        os.closerange(w + 1, _MAX_FD)
         try:
             t0 = time.perf_counter()
             plan = schedule(prep.snap, prep.sched_cfg)  # type: ignore[arg-type]
