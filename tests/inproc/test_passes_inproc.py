@@ -207,3 +207,22 @@ def test_the_forked_pass_holds_none_of_the_controllers_descriptors(ip, monkeypat
     assert in_parent == []  # the child's plan was taken
     assert ip.job(a).state == RUNNING
     _all_reaped(passes)
+
+
+def test_a_pass_after_a_cheap_one_is_computed_on_the_loop(ip, monkeypatch):
+    """Handing a pass off costs a fork and the plan's transfer: after a pass that computed
+    in under SMALL_PASS_S the next one is computed at once, on the loop; after a costly one
+    the next is handed off again."""
+    passes = ip.ctl.passes
+    a = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())  # nothing measured yet: handed off
+    assert passes.log[-1]["worker"] == "fork" and ip.job(a).state == RUNNING
+    assert passes.last_core_s < passes_mod.SMALL_PASS_S  # one job: well under
+    b = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())
+    assert passes.log[-1]["worker"] == "loop" and ip.job(b).state == RUNNING
+    passes.last_core_s = 1.0  # as after a pass over a large queue
+    c = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())
+    assert passes.log[-1]["worker"] == "fork" and ip.job(c).state == PENDING  # no room left
+    _all_reaped(passes)

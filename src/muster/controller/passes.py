@@ -18,8 +18,10 @@ request, ``placement.request_of``) is filled on the loop as jobs' views are made
 child inherits it. The child resets the signal handlers and the loop's wake-up fd, so a signal
 sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to answer (then
 it is killed). A child that fails, or a fork that fails, falls back to the thread for that
-pass (logged). ``MUSTER_SCHED_WORKER=thread`` always uses the thread, ``0`` runs passes
-inline on the loop (both for A/B measurements).
+pass (logged). A pass whose predecessor computed in under ``SMALL_PASS_S`` (a small queue)
+is computed on the loop at once: handing it off would cost more than it. ``MUSTER_SCHED_WORKER
+=thread`` always uses the thread, ``0`` runs passes inline on the loop (both for A/B
+measurements).
 
 The plan is computed against the snapshot, and applied against the state as it is *then*
 (``apply_plan`` re-checks each start's nodes and resources). What it cannot re-check cheaply
@@ -76,6 +78,7 @@ SWITCH_INTERVAL_S = 0.001  # GIL hand-over while a pass runs: a request waits at
 REASON_SLICE = 500  # reasons applied per slice between requests (a few ms each)
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
 CHILD_LIMIT_S = 120  # a forked pass that has not answered by then is killed (SIGALRM)
+SMALL_PASS_S = 0.004  # a pass whose predecessor computed in less is computed on the loop
 
 
 @dataclass(slots=True)
@@ -105,6 +108,8 @@ class PassRunner:
         self._pool: ThreadPoolExecutor | None = None
         self._children: set[int] = set()  # forked passes not reaped yet
         self.pure_s: float | None = None  # the last forked pass's compute time, in the child
+        self.last_core_s = float("inf")  # the last pass's pure compute: small ones stay here
+        self.used = self.mode  # where the last pass was computed (the pass log's "worker")
         self.core_lock = threading.Lock()
         self.in_flight = False
         self.stale = False
@@ -162,13 +167,24 @@ class PassRunner:
         self.in_flight, self.stale = True, False
         try:
             self.pure_s = None
+            self.used = self.mode
             t0 = time.perf_counter()
-            got = await self._forked(prep) if self.mode == "fork" else None
-            if got is not None:  # the core's time: from the fork to the plan loaded here
-                plan, self.pure_s = got[0], got[1]
-                core_s = time.perf_counter() - t0
+            if self.last_core_s < SMALL_PASS_S:
+                # the last pass cost less than handing one off: this one is computed here,
+                # at once (a small queue's pass is ~1 ms; a fork and its plan's transfer,
+                # ~3-5 ms of the loop and a process). It decides what the worker would.
+                got, self.used = self.compute(prep), "loop"
+            elif self.mode == "fork":
+                got = await self._forked(prep)
+                if got is not None:  # the core's time: from the fork to the plan loaded here
+                    self.pure_s = got[1]
+                    got = (got[0], time.perf_counter() - t0)
             else:
-                plan, core_s = await self._threaded(prep)
+                got = None
+            if got is None:
+                got, self.used = await self._threaded(prep), "thread"
+            plan, core_s = got
+            self.last_core_s = core_s if self.pure_s is None else self.pure_s
             self.in_flight = False
             stale = self.stale or state.cfg is not prep.cfg \
                 or self.ctl.sched_cfg is not prep.sched_cfg
@@ -293,7 +309,7 @@ class PassRunner:
                          "total_ms": round(total_s * 1000, 3),
                          "core_ms": round(core_s * 1000, 3), "loop_ms": round(loop_s * 1000, 3),
                          "prepare_ms": round(prep.loop_s * 1000, 3),
-                         "changed": changed, "discarded": stale, "worker": self.mode,
+                         "changed": changed, "discarded": stale, "worker": self.used,
                          # the forked child's own compute time (core_ms adds the fork and
                          # the plan's transfer); None when the pass ran in this process
                          "pure_ms": None if self.pure_s is None else round(self.pure_s * 1000, 3)})
