@@ -92,6 +92,31 @@ def test_deterministic():
     assert a == b
 
 
+def test_a_replay_leaves_the_collector_as_it_found_it():
+    """The replay freezes what it set up (the collector's full passes would walk it again and
+    again) and thaws it after, but never thaws what the caller had frozen itself."""
+    import gc
+
+    from muster.core import schedule
+    seen = []
+
+    def core(snap, cfg):  # the snapshot core, noting what is frozen while it decides
+        seen.append(gc.get_freeze_count())
+        return schedule(snap, cfg)
+    cl = from_flags(4, 8)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    try:
+        Simulator(cl, _jobs(6, max_cpus=32), "easy", core=core).run()
+        assert seen and min(seen) > 0  # the set-up was frozen for the whole replay
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        Simulator(cl, _jobs(7, max_cpus=32), "easy").run()
+        assert gc.get_freeze_count() >= frozen  # the caller's freeze stands
+    finally:
+        gc.unfreeze()
+
+
 def _reference_fcfs(jobs, cpus):
     """Textbook FCFS without backfill on a pool of processors (limits in whole minutes)."""
     free, t, heap, out = cpus, 0, [], {}

@@ -83,9 +83,11 @@ def test_swf_head_read_of_a_file_out_of_order_reads_it_whole(tmp_path):
 
 
 def test_swf_short_line_is_an_error(tmp_path):
+    import gc
     p = _write(tmp_path / "bad.swf", "1 2 3\n")
     with pytest.raises(TraceError):
         read_trace(p)
+    assert gc.isenabled()  # the reader pauses the collector; an error turns it back on too
 
 
 def test_itp_and_philly(tmp_path):

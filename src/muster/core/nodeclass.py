@@ -328,7 +328,7 @@ class NodeClassScheduler:
         insort(self.releases, (now + off, jid))
         share = self._share
         alloc = Allocation(job_id=jid, nodes=tuple(
-            share.get(px) or self._new_share(px) for px in sorted(pick)))
+            [share.get(px) or self._new_share(px) for px in sorted(pick)]))
         starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
                             scheduler="Backfill" if blocked else "Main"))
 

@@ -326,9 +326,16 @@ class Simulator:
         is the process's clock (muster.common.clock): shared controller code that reads
         "now" reads the simulated instant, never the wall clock."""
         prev = clocks.install(self.clock)
+        # what exists now (the trace, the views, the records) lives until the replay ends:
+        # frozen, it is left out of the collector's full passes, which would otherwise walk
+        # it again and again (~5 % of a replay); unfrozen after, unless someone froze before
+        thaw = gc.get_freeze_count() == 0
+        gc.freeze()
         try:
             return self._run()
         finally:
+            if thaw:
+                gc.unfreeze()
             clocks.install(prev)
 
     def _run(self) -> SimResult:
@@ -415,9 +422,10 @@ class Simulator:
                     raise SimError(f"job {jid} started at {t} before its submit {tj.submit}")
                 rec = records[jid]
                 nodes = st.allocation.nodes
-                begin(rec, partition=st.partition, alloc=nodes,
-                      node_list=",".join(a.node for a in nodes),
-                      tres_alloc=f"cpu={sum(na.cpus for na in nodes)},gres/gpu={tj.gpus}", now=t)
+                names = tuple([a.node for a in nodes])  # (lists: a start spans ~10 nodes)
+                begin(rec, partition=st.partition, alloc=nodes, node_list=",".join(names),
+                      tres_alloc=f"cpu={sum([na.cpus for na in nodes])},gres/gpu={tj.gpus}",
+                      now=t)
                 backend.started(st, tj, rec)
                 if accounts is not None:
                     accounts.job_saved(rec, t)  # tracked from its start
@@ -425,7 +433,7 @@ class Simulator:
                 used_g += tj.gpus
                 i = pos[jid]
                 start[i] = t
-                ran_on[i] = tuple(a.node for a in nodes)
+                ran_on[i] = names
                 stop = t + tj.run
                 if rec.end_time is not None and stop > rec.end_time:
                     stop = rec.end_time

@@ -26,6 +26,7 @@ Conventions (README of /work/shared/traces):
 from __future__ import annotations
 
 import csv
+import gc
 import gzip
 import io
 import math
@@ -130,11 +131,19 @@ def read_trace(path: str, *, fmt: str | None = None, nodes_file: str | None = No
     reader = {"swf": read_swf, "itp": read_itp, "openb": read_openb, "philly": read_philly}.get(fmt)
     if reader is None:
         raise TraceError(f"unknown trace format {fmt!r}")
-    if fmt == "openb":
-        return read_openb(path, nodes_file=nodes_file)
-    if fmt == "swf":
-        return read_swf(path, limit=limit)
-    return reader(path)
+    # a trace is a long list of flat records (no cycles): the collector's passes over the
+    # growing heap would only add a third to the reading (202,871 HPC2N jobs: 0.70 -> 0.52 s)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if fmt == "openb":
+            return read_openb(path, nodes_file=nodes_file)
+        if fmt == "swf":
+            return read_swf(path, limit=limit)
+        return reader(path)
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _finish(trace: Trace, raw: list[tuple]) -> Trace:
