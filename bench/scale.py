@@ -115,9 +115,31 @@ def time_commands(target, rounds: int, stop=None) -> dict[str, list[float]]:
     return out
 
 
-def _passes(target, since: int) -> list[dict]:
-    got = _call(target, {"op": "diag"})
+def _passes(target, since: int, got: dict | None = None) -> list[dict]:
+    got = got or _call(target, {"op": "diag"})
     return [p for p in got.get("passes") or [] if p["seq"] > since]
+
+
+def _gc_rows(marks: list[tuple[str, dict]]) -> list[dict]:
+    """The controller's collector (diag ``gc``) between successive marks: collections of
+    the oldest generation (each walks every object it holds) and the longest pause."""
+    rows = []
+    for (_, before), (name, after) in zip(marks, marks[1:]):
+        if not before or not after:
+            continue
+        b, a = before["gen2"], after["gen2"]
+        young = sum(after[g]["collections"] - before[g]["collections"] for g in ("gen0", "gen1"))
+        n = a["collections"] - b["collections"]
+        rows.append(common.row(f"controller GC: full collections {name}", n, None, "-",
+                               "reported", None, unit="collections",
+                               note=f"{a['total_ms'] - b['total_ms']:.1f} ms in all; longest "
+                                    f"full pause so far {a['max_ms']:.1f} ms; {young} young "
+                                    f"collections, longest so far "
+                                    f"{max(after['gen0']['max_ms'], after['gen1']['max_ms']):.1f}"
+                                    f" ms; refreshes so far {after['refresh']['collections']} "
+                                    f"(longest {after['refresh']['max_ms']:.1f} ms), "
+                                    f"{after['frozen']:,} objects frozen"))
+    return rows
 
 
 def _lat_rows(idle: dict, busy: dict) -> list[dict]:
@@ -197,14 +219,21 @@ def scenario(nodes: int, jobs: int, rounds: int, worker: str = "fork") -> dict:
         raise_job_limit(c, 4 * jobs)
         pid = c.controller_pid()
         out["rss_idle"] = common.rss_kib(pid)["VmRSS"]
+        gc_marks = [("at start", _call(c, {"op": "diag"}).get("gc"))]
         filled = _sub(c, "--fill", str(jobs), "7")
         out["fill_s"] = filled["seconds"]
         out["rss_queued"] = common.rss_kib(pid)["VmRSS"]
+        gc_marks.append(("while queuing", _call(c, {"op": "diag"}).get("gc")))
         out["idle"] = time_commands(c, rounds)
-        since = max((p["seq"] for p in _passes(c, -1)), default=-1)
+        got = _call(c, {"op": "diag"})
+        gc_marks.append(("while idle", got.get("gc")))
+        since = max((p["seq"] for p in _passes(c, -1, got)), default=-1)
         _call(c, {"op": "release", "jobs": [{"job_id": i} for i in filled["ids"]]})
         out["busy"] = time_commands(c, rounds)
-        out["passes"] = _passes(c, since)
+        got = _call(c, {"op": "diag"})
+        gc_marks.append(("while scheduling", got.get("gc")))
+        out["gc"] = gc_marks
+        out["passes"] = _passes(c, since, got)
         out["rss_during"] = common.rss_kib(pid)
         out["running_at_end"] = len(common.run([c.cmd("squeue"), "-h", "-t", "R", "-o", "%i"],
                                                c.env).stdout.split())
@@ -220,6 +249,7 @@ def run(ctx, nodes: int = 1024, jobs: int = 10_000, rounds: int = 200,
     rows = [common.row(f"muster up --emulate --nodes {nodes} --gpus-per-node 8", w["up_s"], None,
                        "-", "seconds", None, note=f"thread run: {other['up_s']:.2f} s")]
     rows += _lat_rows(w["idle"], w["busy"])
+    rows += _gc_rows(w["gc"])
     prow, pinfo = _pass_rows(w["passes"])
     rows += prow
     rows.append(common.row("controller RSS during scheduling", w["rss_during"]["VmRSS"] / 1024,

@@ -276,6 +276,7 @@ def diag(ctl, msg, uid, gid):
             "rpc": {k: {"count": h.count, "total_time_s": round(h.total, 6)}
                     for k, h in sorted(api_ops.RPC.items())},
             "events": dict(api_ops._EVENT_TOTALS), "sdiag": ctl.diag.report(),
+            "gc": ctl.gc_watch.report(),  # the collector's pauses (controller.gcwatch)
             "passes": list(ctl.passes.log)}  # recent scheduling passes (controller.passes)
 
 

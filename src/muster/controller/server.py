@@ -45,6 +45,7 @@ from muster.common.netio import (SMALL_READS, STREAM_LIMIT, BadFrame, ByteBudget
 from muster.common.wire import MAX_FRAME
 from muster.controller import api_ops, diag, idempotency, ops, reconfig
 from muster.controller.faults import crash_point
+from muster.controller.gcwatch import GcWatch
 from muster.controller.passes import PassRunner
 from muster.controller.state import ClusterState, identity, now
 from muster.controller.steps import node_alloc
@@ -143,6 +144,7 @@ class Controller:
         self._stopping = asyncio.Event()
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
         self.diag = diag.Diag(self)  # sdiag's statistics, setdebug/setdebugflags
+        self.gc_watch = GcWatch()  # the collector: its pauses (diag), what it walks
         self._servers: list[asyncio.base_events.Server] = []
         self._conns = 0  # Unix connections of plain users
         self._user_conns: dict[int, int] = {}
@@ -180,10 +182,12 @@ class Controller:
             loop.add_signal_handler(sig, self._stopping.set)
         loop.add_signal_handler(signal.SIGHUP, diag.on_sighup, self)  # reopen logs, reconfigure
         log.info("musterctld ready: %s, %s:%s", sock_path, host, self.cfg.slurmctld_port)
+        self.gc_watch.install()
         tasks = [asyncio.create_task(self._scheduler_loop()),
                  asyncio.create_task(self._periodic())]
         self.request_schedule()
         await self._stopping.wait()
+        self.gc_watch.uninstall()
         for t in tasks:
             t.cancel()
         for s in self._servers:
@@ -249,6 +253,7 @@ class Controller:
                 self.tick()
             except Exception:
                 log.exception("periodic pass failed")
+            self.gc_watch.tick()  # the daemon's collector policy (wall time; controller.gcwatch)
 
     def tick(self) -> None:
         """The once-a-second duties at the clock's present (the in-process tests call it after
