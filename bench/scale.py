@@ -167,7 +167,9 @@ def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
     rows = [common.row(f"full pass (first after release, {first['depth']} pending)",
                        first["total_ms"] / 1000, 0.1, "goal", "<= 100 ms",
                        first["total_ms"] <= 100,
-                       note=f"core {first['core_ms']:.1f} ms, on the loop {first['loop_ms']:.1f} ms")]
+                       note=f"core {first['core_ms']:.1f} ms, on the loop {first['loop_ms']:.1f} ms"
+                            f" (preparing {first['prepare_ms']:.1f} ms, longest slice of starts "
+                            f"{first.get('starts_ms', 0):.1f} ms, {first['starts']} starts)")]
     if total:
         rows.append(common.row("incremental pass (each later pass)", common.stats(total), 0.01,
                                "goal", "<= 10 ms", common.stats(total)["median"] <= 0.01,
@@ -179,6 +181,14 @@ def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
     if prep:
         rows.append(common.row("    of which preparing (clock events + snapshot)",
                                common.stats(prep), None, "-", "-", None))
+    starts = [p["starts_ms"] / 1000 for p in rest if "starts_ms" in p]
+    if starts:  # the loop's longest single holds: what a request may wait behind
+        slices = [p["slice_ms"] / 1000 for p in rest]
+        rows.append(common.row("    of which the starts' commit (one hold)", common.stats(starts),
+                               None, "-", "-", None,
+                               note=f"p99 {pct(starts, 0.99) * 1000:.1f} ms; longest slice of "
+                                    f"reasons: median {pct(slices, 0.5) * 1000:.1f} ms, p99 "
+                                    f"{pct(slices, 0.99) * 1000:.1f} ms"))
     pure = [p["pure_ms"] / 1000 for p in rest if p.get("pure_ms") is not None]
     if pure:  # forked passes: the child's own compute, without the fork and the plan's transfer
         rows.append(common.row("  the core's own compute in the forked child",

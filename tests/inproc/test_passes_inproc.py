@@ -226,3 +226,32 @@ def test_a_pass_after_a_cheap_one_is_computed_on_the_loop(ip, monkeypatch):
     asyncio.run(passes.run_async())
     assert passes.log[-1]["worker"] == "fork" and ip.job(c).state == PENDING  # no room left
     _all_reaped(passes)
+
+
+def test_a_plans_starts_are_applied_in_slices_with_requests_answered_between(ip, monkeypatch):
+    """The starts of one plan are committed START_SLICE at a time with the loop free between
+    slices; a job cancelled between two slices is not started by a later one, the others
+    are, and the next pass is asked for."""
+    monkeypatch.setattr(passes_mod, "START_SLICE", 2)  # (one slice of 8: the test fails)
+    jobs = [ip.submit(ntasks=1, mem_per_cpu=100) for _ in range(8)]  # 8 CPUs: all eight fit
+    ip.ctl.passes.mode = "thread"
+    seen: list[int] = []
+
+    async def meanwhile() -> None:  # a client, on the loop, between the pass's slices
+        while not any(ip.job(j).state == RUNNING for j in jobs):
+            await asyncio.sleep(0)
+        seen.append(sum(ip.job(j).state == RUNNING for j in jobs))
+        assert ip.request("cancel", jobs=[{"job_id": jobs[-1]}])["ok"]
+
+    async def both() -> None:
+        client = asyncio.ensure_future(meanwhile())
+        await asyncio.wait_for(ip.ctl.passes.run_async(), TIMEOUT)
+        await asyncio.wait_for(client, TIMEOUT)
+    ip.ctl._wake.clear()
+    asyncio.run(both())
+    assert seen and 0 < seen[0] < 8  # a request was answered with the plan half applied
+    assert [ip.job(j).state for j in jobs[:-1]] == [RUNNING] * 7
+    assert ip.job(jobs[-1]).state == "CANCELLED"
+    last = ip.ctl.passes.log[-1]
+    assert last["starts"] == 7 and last["changed"] >= 1 and not last["discarded"]
+    assert ip.ctl._wake.is_set()  # the next pass is already asked for

@@ -76,6 +76,7 @@ SAFE_DURING_PASS = frozenset((
     "update_job", "step_create", "step_signal", "step_status", "lease"))
 SWITCH_INTERVAL_S = 0.001  # GIL hand-over while a pass runs: a request waits at most ~this
 REASON_SLICE = 500  # reasons applied per slice between requests (a few ms each)
+START_SLICE = 16  # starts applied per commit between requests (~0.6 ms each on 1,024 nodes)
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
 CHILD_LIMIT_S = 120  # a forked pass that has not answered by then is killed (SIGALRM)
 SMALL_PASS_S = 0.004  # a pass whose predecessor computed in less is computed on the loop
@@ -248,25 +249,47 @@ class PassRunner:
 
     async def _apply_sliced(self, prep: Prepared, plan, core_s: float, changed: set,
                             stale: bool) -> None:
-        """The starts (and priorities, preemptions) in one commit, as ``finish``; then the
-        reasons and expected starts, REASON_SLICE jobs per slice (one commit each: a missed
-        deadline ends its job) with the loop free between slices: 10,000 of them in one go
-        would hold requests for tens of milliseconds. A job
-        changed meanwhile keeps what its change made it (``changed`` is still recorded)."""
+        """The starts, START_SLICE per commit, then the priorities and preemptions, as
+        ``finish`` does in one; then the reasons and expected starts, REASON_SLICE jobs per
+        slice (one commit each: a missed deadline ends its job). The loop is free between
+        slices: the first pass after a release or a restart starts hundreds of jobs (one
+        commit of them held requests for ~300 ms on 1,024 nodes), and 10,000 reasons in one
+        go would hold them for tens of milliseconds. Each start is re-checked against the
+        state when its slice is applied (``apply_plan``); a job changed meanwhile is left out
+        of the slices after the change and keeps what its change made it (``changed`` is
+        still recorded, and the next pass is requested)."""
         if stale or not plan.starts and not plan.reasons and not prep.shell_reasons:
             self.finish(prep, plan, core_s, set(changed), stale=stale)
             return
-        t0 = time.perf_counter()
         ctl, state = self.ctl, self.ctl.state
-        if changed:
-            plan = without_jobs(plan, set(changed))
-            ctl.request_schedule()
-        state.pass_changes = None  # the pass's own changes are not "changed meanwhile"
-        started = apply_plan(state, ctl.applier, plan, prep.t, prep.shell_reasons, reasons=False)
+        started: list = []
+        loop_s = starts_s = 0.0
+        seen = 0  # changes already taken out of the plan
+        everything = plan.starts  # sliced as planned; a changed job is skipped in its slice
+        for i in range(0, max(1, len(everything)), START_SLICE):
+            if i:
+                state.pass_changes = changed
+                await asyncio.sleep(0)  # requests that arrived meanwhile are answered first
+            state.pass_changes = None  # the pass's own changes are not "changed meanwhile"
+            t1 = time.perf_counter()
+            if len(changed) > seen:
+                seen = len(changed)
+                plan = without_jobs(plan, set(changed))
+                ctl.request_schedule()
+            chunk = [st for st in everything[i:i + START_SLICE] if st.job_id not in changed]
+            last = i + START_SLICE >= len(everything)
+            part = replace(plan, starts=tuple(chunk), priorities=plan.priorities if last else {})
+            started += apply_plan(state, ctl.applier, part, prep.t, prep.shell_reasons,
+                                  reasons=False, mail=last)
+            took = time.perf_counter() - t1
+            loop_s += took
+            starts_s = max(starts_s, took)
+        t0 = time.perf_counter()
         ctl.preempt(getattr(plan, "preemptions", ()) or (), prep.t)
         started_ids = {j.job_id for j in started}
         items = list(merged_reasons(plan, prep.shell_reasons).items())
-        loop_s = time.perf_counter() - t0
+        loop_s += time.perf_counter() - t0
+        slice_s = 0.0
         for i in range(0, len(items), REASON_SLICE):
             state.pass_changes = changed
             await asyncio.sleep(0)  # requests that arrived meanwhile are answered first
@@ -275,8 +298,11 @@ class PassRunner:
             with ctl.applier.transaction():
                 apply_reasons(state, ctl.applier, plan, prep.t, dict(items[i:i + REASON_SLICE]),
                               started_ids, skip=changed)
-            loop_s += time.perf_counter() - t1
-        self._record(prep, plan, core_s, loop_s, started, len(changed), False)
+            took = time.perf_counter() - t1
+            loop_s += took
+            slice_s = max(slice_s, took)
+        self._record(prep, plan, core_s, loop_s, started, len(changed), False,
+                     holds=(starts_s, slice_s))
 
     def finish(self, prep: Prepared, plan, core_s: float, changed: set, *, stale: bool) -> None:
         """Apply the plan (on the loop), minus what changed while it was computed."""
@@ -294,8 +320,10 @@ class PassRunner:
         self._record(prep, plan, core_s, time.perf_counter() - t0, started, len(changed), stale)
 
     def _record(self, prep: Prepared, plan, core_s: float, apply_s: float, started: list,
-                changed: int, stale: bool) -> None:
-        """Statistics of one pass: the controller's, sdiag's, and the pass log."""
+                changed: int, stale: bool, holds: tuple[float, float] | None = None) -> None:
+        """Statistics of one pass: the controller's, sdiag's, and the pass log. ``holds``:
+        the loop's longest uninterrupted stretches while applying, (the longest slice of
+        starts, the longest slice of reasons); None when the plan was applied in one go."""
         ctl = self.ctl
         loop_s = prep.loop_s + apply_s
         total_s = loop_s + core_s
@@ -309,6 +337,10 @@ class PassRunner:
                          "total_ms": round(total_s * 1000, 3),
                          "core_ms": round(core_s * 1000, 3), "loop_ms": round(loop_s * 1000, 3),
                          "prepare_ms": round(prep.loop_s * 1000, 3),
+                         # the loop held at once: preparing, one slice of starts, one slice
+                         # of reasons (what a request arriving then waits for at most)
+                         "starts_ms": round((apply_s if holds is None else holds[0]) * 1000, 3),
+                         "slice_ms": round((0.0 if holds is None else holds[1]) * 1000, 3),
                          "changed": changed, "discarded": stale, "worker": self.used,
                          # the forked child's own compute time (core_ms adds the fork and
                          # the plan's transfer); None when the pass ran in this process

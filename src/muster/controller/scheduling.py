@@ -256,13 +256,14 @@ def accounting_views(acc, t: int, cfg: SchedConfig) -> dict:
 
 
 def apply_plan(state, applier, plan, t: int, shell_reasons: dict[int, str] | None = None,
-               *, reasons: bool = True) -> list[Job]:
+               *, reasons: bool = True, mail: bool = True) -> list[Job]:
     """Commit the plan in one transaction: each start re-checked against the current state and
     fed to the job machine as ``Start`` (its launch leaves after the commit), each missed
     deadline as ``DeadlineMissed``, the reasons, expected starts and priorities of the jobs
     left pending. Returns the jobs started. (plan.preemptions: ``Controller.preempt``.)
     ``reasons=False`` leaves the reasons to the caller: the controller's passes write them in
-    slices between requests (:func:`apply_reasons`, muster.controller.passes)."""
+    slices between requests (:func:`apply_reasons`, muster.controller.passes); so do they the
+    starts, with ``mail=False`` but for the last slice (the time-limit mails: once a pass)."""
     with applier.transaction():
         started = _apply_starts(state, applier, plan, t)
         started_ids = {j.job_id for j in started}
@@ -270,7 +271,7 @@ def apply_plan(state, applier, plan, t: int, shell_reasons: dict[int, str] | Non
             _apply_reasons(state, applier, plan, t, shell_reasons, started_ids)
         _store_priorities(state, plan, started_ids)
         mailer = getattr(state, "mailer", None)
-        if mailer is not None and mailer.timed:
+        if mail and mailer is not None and mailer.timed:
             for job in mailer.tick(state.jobs, t):  # TIME_LIMIT_50/80/90/100 mails
                 state.save(job)
     return started
