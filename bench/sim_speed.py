@@ -3,6 +3,9 @@
     python bench/sim_speed.py                 # speed: full CTC under each policy the core offers
     python bench/sim_speed.py --validate      # RLScheduler protocol + full KTH/CTC/HPC2N replays
     python bench/sim_speed.py --gpu           # GPU traces: ITP (peak-sized and a third), openb
+    python bench/sim_speed.py --multinode     # SWF traces on their node shapes, end to end
+    python bench/sim_speed.py --gpu-speed     # ITP on a third of its peak size, end to end
+    python bench/sim_speed.py --gpu-digests   # GPU traces: the engine's core vs the snapshot core
     python bench/sim_speed.py --profile fifo  # cProfile of one full CTC replay (top 15)
     python bench/sim_speed.py --core schedule # the snapshot core alone (no pooled scheduler)
 
@@ -170,28 +173,48 @@ def gpu_table() -> None:
 
 MULTINODE = [("KTH-SP2-1996-2.1-cln.swf.gz", 100, 1), ("CTC-SP2-1996-3.1-cln.swf.gz", 430, 1),
              ("CTC-SP2-1996-3.1-cln.swf.gz", 144, 8), ("HPC2N-2002-2.2-cln.swf.gz", 120, 2)]
+# GPU traces on a third of their peak-sized machine of 8-GPU nodes (so jobs queue)
+GPU_THIRD = ["cluster04", "cluster08", "cluster03", "cluster07"]
 
 
-def multinode_table(rounds: int = 3) -> None:
+def _third(path: str) -> int:
+    """A third of the nodes of a GPU trace's peak-sized machine (``muster sim``'s default)."""
+    from muster.sim.replay import MachineSpec, build_cluster
+    from muster.sim.traces import read_trace
+
+    tr = read_trace(path)
+    return max(1, len(build_cluster(tr, tr.jobs, MachineSpec()).nodes) // 3)
+
+
+def multinode_table(rounds: int = 3, gpu: bool = False) -> None:
     """SWF traces on their real node shapes (docs/simulation.md, "Multi-node"), EASY: the
     first 20,000 jobs and the whole trace, each ``rounds`` times in a fresh ``muster sim``
     process: jobs/s end to end (process start to exit) and by the engine's own clock
     (median, min-max), the core the engine chose, and the digest of the ``--schedule`` CSV
-    (the same in every round, or the table says so)."""
+    (the same in every round, or the table says so). ``gpu``: the ITP traces of
+    ``GPU_THIRD`` instead, whole, on a third of their peak-sized machine of 8-GPU nodes."""
     import hashlib
     import statistics
     import tempfile
     import time
 
     mst = os.path.join(os.path.dirname(sys.executable), "muster")
+    cases: list[tuple[str, list[str], tuple[int | None, ...], int | None]]
+    if gpu:
+        cases = [(f"gpu/microsoft-itp-2021/{c}.csv.gz", ["--gpus-per-node", "8"], (None,), None)
+                 for c in GPU_THIRD]
+    else:
+        cases = [(f"swf/{name}", ["--cpus-per-node", str(cpn)], (20_000, None), nodes)
+                 for name, nodes, cpn in MULTINODE]
     print("| trace | machine | jobs | end to end, jobs/s | engine, jobs/s | core | schedule |")
     print("|---|---|---|---|---|---|---|")
-    for name, nodes, cpn in MULTINODE:
-        for limit in (20_000, None):
+    for rel, shape, limits, size in cases:
+        path = f"{TRACES}/{rel}"
+        nodes = size or _third(path)
+        for limit in limits:
             with tempfile.NamedTemporaryFile(suffix=".csv") as sched:
-                argv = [mst, "sim", f"{TRACES}/swf/{name}", "--nodes", str(nodes),
-                        "--cpus-per-node", str(cpn), "--policy", "easy", "--json",
-                        "--schedule", sched.name]
+                argv = [mst, "sim", path, "--nodes", str(nodes), *shape, "--policy", "easy",
+                        "--json", "--schedule", sched.name]
                 if limit:
                     argv += ["--jobs", str(limit)]
                 e2e, eng, digests = [], [], set()
@@ -207,9 +230,49 @@ def multinode_table(rounds: int = 3) -> None:
 
             def f(v):
                 return f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})"
-            print(f"| {name.split('-cln')[0]} | {nodes} × {cpn} CPU | {met['jobs']:,} | "
-                  f"{f(e2e)} | {f(eng)} | {met['sim']['core']} | "
-                  f"{' / '.join(sorted(digests))} |", flush=True)
+            name = os.path.basename(path).split("-cln")[0].split(".csv")[0]
+            machine = f"{nodes} × 8 GPUs" if gpu else f"{nodes} × {shape[1]} CPU"
+            print(f"| {name} | {machine} | {met['jobs']:,} | {f(e2e)} | {f(eng)} | "
+                  f"{met['sim']['core']} | {' / '.join(sorted(digests))} |", flush=True)
+
+
+def gpu_digests() -> None:
+    """Every GPU trace of ``TRACES`` but Alibaba's (its pods carry memory: the snapshot core's
+    scope alone), on its peak-sized machine and on a third of it, FIFO and EASY: the engine's
+    own choice of core against the snapshot core alone, jobs/s by the engine's clock and the
+    digest of (start, end, nodes, the GPU metrics), which must be the same."""
+    import glob
+    import hashlib
+
+    from muster.sim.engine import Simulator
+    from muster.sim.replay import MachineSpec, build_cluster
+    from muster.sim.traces import read_trace
+
+    print("| trace | machine | policy | core | jobs/s | snapshot core, jobs/s | schedule |")
+    print("|---|---|---|---|---|---|---|")
+    for path in sorted(glob.glob(f"{TRACES}/gpu/*/*.csv.gz")):
+        if "alibaba" in path:
+            continue
+        tr = read_trace(path)
+        peak = build_cluster(tr, tr.jobs, MachineSpec())
+        for label, spec in (("peak", MachineSpec()),
+                            ("third", MachineSpec(nodes=max(1, len(peak.nodes) // 3),
+                                                  gpus_per_node=8))):
+            cl = build_cluster(tr, tr.jobs, spec)
+            for pol in ("fifo", "easy"):
+                row = []
+                for pooled in (None, False):
+                    res = Simulator(cl, tr.jobs, pol, pooled=pooled).run()
+                    dig = hashlib.sha1(repr((res.start, res.end, res.nodes, res.gpu_free_partial,
+                                             res.gpu_idle_waiting)).encode()).hexdigest()[:12]
+                    row.append((res.core, f"{len(tr.jobs) / res.wall_s:,.0f}", dig))
+                    if res.core == "schedule":  # out of the incremental cores' scope
+                        row.append(("schedule", "(the same run)", dig))
+                        break
+                same = "identical" if row[0][2] == row[1][2] else "**DIFFERENT**"
+                print(f"| {os.path.basename(path).split('.csv')[0]} | {len(cl.nodes)} × 8 GPUs "
+                      f"({label}) | {pol} | {row[0][0]} | {row[0][1]} | {row[1][1]} | "
+                      f"{same} (`{row[0][2]}`) |", flush=True)
 
 
 def profile(policy: str) -> None:
@@ -233,6 +296,10 @@ def main() -> None:
     ap.add_argument("--profile", metavar="POLICY")
     ap.add_argument("--multinode", action="store_true",
                     help="SWF traces on their real node shapes, EASY (docs/simulation.md)")
+    ap.add_argument("--gpu-speed", action="store_true",
+                    help="ITP traces on a third of their peak-sized machine, EASY, end to end")
+    ap.add_argument("--gpu-digests", action="store_true",
+                    help="GPU traces: the engine's core against the snapshot core alone")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--policies", default=None, help="comma list (default: all available)")
     ap.add_argument("--core", choices=["auto", "schedule"], default="auto",
@@ -248,8 +315,11 @@ def main() -> None:
     if a.profile:
         profile(a.profile)
         return
-    if a.multinode:
-        multinode_table()
+    if a.multinode or a.gpu_speed:
+        multinode_table(gpu=a.gpu_speed)
+        return
+    if a.gpu_digests:
+        gpu_digests()
         return
     pols = a.policies.split(",") if a.policies else ["fifo", "easy", "conservative"]
     speed(pols, jobs=a.jobs, core=a.core)

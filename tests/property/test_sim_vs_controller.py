@@ -168,6 +168,24 @@ def workloads(draw, max_jobs=14, pooled=False):
 
 
 @st.composite
+def gpu_workloads(draw, max_jobs=40):
+    """Identical GPU nodes and ITP-shaped jobs (one CPU; some of one node's GPUs, or whole
+    nodes): the GPU node-class scheduler's scope."""
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    count = draw(st.integers(1, 4))
+    nodes = [(draw(st.sampled_from([gpus // 2, gpus, 4 * gpus])), gpus)] * count
+    n = draw(st.integers(1, max_jobs))
+    t, jobs = 0, []
+    for i in range(1, n + 1):
+        t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
+        run = draw(st.integers(1, 900))
+        limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
+        g = draw(st.sampled_from([1, 1, gpus // 2, gpus, gpus * draw(st.integers(1, count))]))
+        jobs.append(TraceJob(i, t, run, limit, 1, g, user=f"u{i % 3}"))
+    return nodes, jobs
+
+
+@st.composite
 def site_settings(draw):
     """A slurm.conf's own scheduling settings (``--policy config``): any backfill depth, a
     window and test budget that bind, multifactor weights, fair-share with decay."""
@@ -238,6 +256,14 @@ def test_same_decisions_by_the_pooled_scheduler(work, policy):
     """One node of pooled CPUs under FIFO or EASY: the simulator's incremental
     PooledScheduler (told only arrivals and ends) against the controller's full passes."""
     check_same(work, policy, core="pooled")
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpu_workloads(), st.sampled_from(["fifo", "easy"]))
+def test_same_decisions_by_the_gpu_node_class_scheduler(work, policy):
+    """Identical GPU nodes under FIFO or EASY: the simulator's incremental
+    GpuClassScheduler (told only its starts and the ends) against the controller's passes."""
+    check_same(work, policy, core="gpuclass")
 
 
 @settings(max_examples=200, deadline=None)

@@ -29,7 +29,8 @@ sshare), limits (partition/QOS/association → reasons, submit check), preempt, 
 pooled (an incremental scheduler with ``schedule()``'s decisions for one pool of CPUs under
 FIFO/EASY: state kept across passes, told submissions and ends; the simulator's fast path),
 nodeclass (the same decisions for many identical CPU nodes: free CPUs per node grouped into
-node classes, running jobs' ends; offered the queue each pass).
+node classes, running jobs' ends; offered the queue each pass), gpuclass (its counterpart
+for many identical GPU nodes and one-CPU GPU jobs: free GPU indices and CPUs per node).
 
 Nothing here touches sockets, files, threads, subprocesses, the wall clock or global
 randomness; same input → identical Plan.

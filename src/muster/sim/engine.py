@@ -68,6 +68,7 @@ from muster.common import clock as clocks
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
 from muster.core import priority as prio
 from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
+from muster.core.gpuclass import GpuClassScheduler
 from muster.core.nodeclass import NodeClassScheduler
 from muster.core.pooled import PooledScheduler
 from muster.core.snapshot import RunningView
@@ -219,7 +220,7 @@ class Simulator:
         self.progress = progress
         self.core = core
         self.pooled: PooledScheduler | None = None
-        self.nodeclass: NodeClassScheduler | None = None
+        self.nodeclass: NodeClassScheduler | GpuClassScheduler | None = None
         why = "a custom core" if core is not schedule else self._pooled_scope()
         self.gpu = cluster.total_gpus > 0
         self.skipped: list[tuple[TraceJob, str]] = []
@@ -251,12 +252,14 @@ class Simulator:
         if why is None:
             self.pooled = PooledScheduler(cl.nodes[0], cl.partitions[0], self.cfg)
             return None
-        # many identical CPU nodes: the node-class scheduler (also incremental, also exact)
-        why = NodeClassScheduler.unsupported(cl.nodes, cl.partitions, self.cfg)
+        # many identical CPU nodes: the node-class scheduler (also incremental, also exact);
+        # many identical GPU nodes: its GPU counterpart
+        kind = NodeClassScheduler if cl.total_gpus == 0 else GpuClassScheduler
+        why = kind.unsupported(cl.nodes, cl.partitions, self.cfg)
         if why is None and cl.topology:
             why = "a network topology"
         if why is None:
-            self.nodeclass = NodeClassScheduler(cl.nodes, cl.partitions[0], self.cfg)
+            self.nodeclass = kind(cl.nodes, cl.partitions[0], self.cfg)
         return why
 
     # ---- set-up -----------------------------------------------------------------------
@@ -351,6 +354,7 @@ class Simulator:
         cfg = self.cfg
         gpu = self.gpu
         backend = (_PooledBackend(self) if self.pooled else
+                   _GpuClassBackend(self) if isinstance(self.nodeclass, GpuClassScheduler) else
                    _NodeClassBackend(self) if self.nodeclass else _CoreBackend(self))
         pending = backend.pending
         total_g = self.cluster.total_gpus
@@ -671,7 +675,7 @@ class _NodeClassBackend(_CoreBackend):
 
     def __init__(self, sim: Simulator) -> None:
         super().__init__(sim)
-        assert sim.nodeclass is not None  # chosen only when the node-class scheduler applies
+        assert isinstance(sim.nodeclass, NodeClassScheduler)  # chosen only when it applies
         self.sched = sim.nodeclass
 
     def ended(self, rec: Job, tj: TraceJob) -> None:
@@ -688,6 +692,55 @@ class _NodeClassBackend(_CoreBackend):
     def decide(self, t: int, extra: dict) -> tuple:
         if self.free_c != self.sched.total or self.free_c < 0:  # the last pass, applied
             raise SimError(f"free CPUs {self.free_c} (engine) != {self.sched.total} (core)")
+        queue = self._queue()
+        self.freed = self.new_fit = False
+        self.fresh.clear()
+        if queue is None:
+            return ()
+        c0 = _time.perf_counter()
+        starts = tuple(self.sched.schedule(t, queue))
+        self.core_s += _time.perf_counter() - c0
+        self.calls += 1
+        self.retest = not self.exact_memo
+        return starts
+
+
+class _GpuClassBackend(_CoreBackend):
+    """:class:`~muster.core.gpuclass.GpuClassScheduler`, told each end and applying its own
+    starts, offered the same pruned queue as the snapshot core (module doc), as
+    :class:`_NodeClassBackend` is for CPU nodes."""
+
+    name = "gpuclass"
+
+    def __init__(self, sim: Simulator) -> None:
+        super().__init__(sim)
+        assert isinstance(sim.nodeclass, GpuClassScheduler)  # chosen only when it applies
+        self.sched = sim.nodeclass
+
+    @property
+    def partial_free(self) -> int:
+        return self.sched.partial_free
+
+    @partial_free.setter
+    def partial_free(self, value: int) -> None:
+        pass  # kept by the scheduler
+
+    def ended(self, rec: Job, tj: TraceJob) -> None:
+        self.sched.ended(rec.job_id)
+        self.free_c += rec.num_cpus
+        self.free_g += tj.gpus
+        self.freed = self.retest = True
+
+    def started(self, st, tj: TraceJob, rec: Job) -> None:
+        if self.use_sizes:
+            del self.sizes[bisect_right(self.sizes, (self._size(tj), st.job_id)) - 1]
+        self.pending_gpu_jobs -= 1
+        self.free_c -= rec.num_cpus
+        self.free_g -= tj.gpus
+
+    def decide(self, t: int, extra: dict) -> tuple:
+        if self.free_g != self.sched.total or self.free_g < 0:  # the last pass, applied
+            raise SimError(f"free GPUs {self.free_g} (engine) != {self.sched.total} (core)")
         queue = self._queue()
         self.freed = self.new_fit = False
         self.fresh.clear()

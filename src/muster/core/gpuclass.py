@@ -1,0 +1,385 @@
+"""Incremental FIFO/EASY scheduler for many identical GPU nodes (GPU node classes).
+
+The GPU counterpart of :mod:`muster.core.nodeclass`, for the commonest GPU replay — a GPU
+trace (ITP, Philly) on nodes of ``G`` GPUs: every job asks, on each of ``k`` nodes, ``g``
+GPUs and one CPU (``--gpus=g -n 1`` with ``g <= G``: one node; ``-N k --gpus-per-node=g``:
+``k`` nodes). :class:`GpuClassScheduler` makes **the same decisions** as
+:func:`muster.core.schedule.schedule` on the queue it is given, from state kept across
+passes: each node's free GPU indices (a bitmask) and free CPUs, the nodes grouped by
+(free GPUs, free CPUs) — a *class*, ordered as placement's best-fit key — and the running
+jobs' estimated ends. It is told starts (its own) and ends; a pass costs the jobs it is
+offered, plus, only when a job waits, one walk of the estimated ends up to its reservation.
+
+Scope (:meth:`GpuClassScheduler.unsupported`, :meth:`GpuClassScheduler.admit`): usable
+nodes with equal CPUs, GPUs (at least one, no type), weights and memory in proportion to
+CPUs, all in one UP partition; a priority of the job alone, no preemption, no start limit;
+the main scheduler, or backfill with one reservation (EASY) and no test budget; jobs of the
+shape above with memory per CPU equal to the nodes' ratio, without ``-w``/``-x``/
+``--constraint``/``--time-min``/``--deadline``/exclusive/reservation/switches/GPU type, a
+limit of at least one minute.
+
+Why the shortcuts are exact (the rules of :mod:`muster.core.placement`,
+:mod:`muster.core.backfill` and :mod:`muster.core.timeline` on such nodes):
+
+* Every such job is a per-node shape (:func:`~muster.core.backfill.plan_shape`): one CPU,
+  ``ratio`` memory and ``g`` GPUs on each of ``k`` nodes. Placement now and the timeline at
+  now both take the ``k`` fitting nodes with the least free (weight, GPUs, CPUs, memory,
+  index): the classes in order. GPU indices: the lowest free ones of the node's window.
+* A node's free resources over time — its free GPU *set* and CPU count, with this pass's
+  starts carved — only grow after now (jobs end; starts take from now). So a window
+  ``[T, T+d)`` before the reservation fits iff its start does, and the free set now is a
+  subset of the free set at any later time.
+* The one reservation (EASY) holds, on each of its nodes, the GPU indices ``R_p`` (the
+  lowest ``g`` free at ``T``) and one CPU for ``[T, T+d')``. A later job with
+  ``now + d <= T`` sees every node's free resources now; one running past ``T`` sees, on a
+  reserved node, the GPUs ``F_p \\ R_p`` (free now and not reserved: the intersection of
+  the free sets over its window) and ``min(free_p, C_p(T) - 1)`` CPUs; every other node as
+  now. A backfilled start lowers ``C_p(T)`` only if it runs past ``T``.
+* The reservation's start: for one node, the first estimated end after which a node it
+  touched fits (the best of those at that end); for ``k`` nodes, nodes in the order of the
+  timeline's search — those that fit now (best first), then each end's newly fitting ones
+  (best first) — until ``k``: the start is the ``k``-th's.
+
+Equality with ``schedule()`` (starts, their allocations with GPU indices and labels, the
+reservation's job, start and nodes) is a property test (tests/property/test_gpuclass_core.py);
+the simulator's GPU replays are compared with the snapshot core's (docs/simulation.md).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from typing import Any
+
+from . import priority as prio
+from .backfill import YEAR, estimate
+from .placement import Allocation, NodeAlloc, Request, request_key, request_of
+from .pooled import job_outside, settings_outside
+from .schedule import Start, order_key
+from .snapshot import JobView, NodeView, PartitionView, SchedConfig
+from .timeline import gpu_mask
+
+__all__ = ["GpuClassScheduler"]
+
+# per admitted job: (queue key, nodes k, GPUs per node g, planning duration d, end offset of
+# its limit, the job); the key is unique (it ends with the job id)
+Info = tuple[tuple[Any, ...], int, int, int, int, JobView]
+Pick = list[tuple[int, int]]  # (node position, GPU mask taken there), by position
+
+
+def _lowest(mask: int, g: int) -> int:
+    """The mask of the ``g`` lowest set bits of ``mask`` (all of them if fewer)."""
+    out = 0
+    while mask and g:
+        low = mask & -mask
+        out |= low
+        mask ^= low
+        g -= 1
+    return out
+
+
+class _Resv:
+    """The pass's reservation: its start ``T``, per reserved node the GPUs it holds (``R``)
+    and what a job running past ``T`` may still use of the node's CPUs then (``bc``: the
+    node's free CPUs at ``T`` less the reservation's one)."""
+
+    __slots__ = ("job_id", "T", "R", "bc")
+
+    def __init__(self, job_id: int, T: int, R: dict[int, int], bc: dict[int, int]) -> None:
+        self.job_id, self.T, self.R, self.bc = job_id, T, R, bc
+
+
+class GpuClassScheduler:
+    """State: per node its free GPU mask and free CPUs, the nodes grouped by (free GPUs, free
+    CPUs), the running jobs' estimated ends; a pass walks the jobs it is given in queue order
+    (module doc)."""
+
+    __slots__ = ("nodes", "part", "cfg", "G", "ratio", "mask", "fc", "byg", "total", "partial_free",
+                 "backfill", "running", "releases", "_info", "_res", "_wait", "_share",
+                 "_requests")
+
+    def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
+        why = self.unsupported(nodes, [part], cfg)
+        if why:
+            raise ValueError(why)
+        self.nodes = sorted(nodes, key=lambda n: n.index)
+        self.part, self.cfg = part, cfg
+        self.G = self.nodes[0].gpus
+        self.ratio = self.nodes[0].mem // self.nodes[0].cpus
+        self.backfill = cfg.backfill
+        self.mask = [gpu_mask(n.gpus_free) for n in self.nodes]
+        self.fc = [n.cpus_free for n in self.nodes]
+        # class: free GPUs g → [(free CPUs, position)] ascending, for the nodes with at least
+        # one GPU and one CPU free (the others can host no job: nothing reads them)
+        self.byg: list[list[tuple[int, int]]] = [[] for _ in range(self.G + 1)]
+        for p, (m, c) in enumerate(zip(self.mask, self.fc)):
+            if m and c:
+                self.byg[m.bit_count()].append((c, p))
+        self.total = sum(m.bit_count() for m in self.mask)  # free GPUs
+        # free GPUs on nodes partly in use (a simulator metric: GPUs fragmentation leaves idle)
+        self.partial_free = sum(g for m in self.mask if 0 < (g := m.bit_count()) < self.G)
+        # job → (estimated end, its pick)
+        self.running: dict[int, tuple[int, Pick]] = {}
+        self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
+        self._info: dict[int, tuple[JobView, Info]] = {}
+        self._res: _Resv | None = None  # the last pass's reservation
+        self._wait: tuple[int, int, int, int] | None = None  # a waiting job not yet reserved
+        self._share: dict[tuple[int, int], NodeAlloc] = {}  # (node, GPU mask) → its NodeAlloc
+        self._requests: dict[tuple[Any, ...], Request] = {}  # request_key → the request
+
+    # ---- scope ------------------------------------------------------------------------
+    @staticmethod
+    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
+                    cfg: SchedConfig) -> str | None:
+        """Why these settings are outside the scope (module doc), or None."""
+        if not nodes or len(parts) != 1:
+            return "no nodes, or more than one partition"
+        n0, p = nodes[0], parts[0]
+        for n in nodes:
+            if not n.gpus or n.gpu_type or not n.usable or n.cpus != n0.cpus or \
+                    n.gpus != n0.gpus or n.weight != n0.weight or n.mem != n0.mem or \
+                    n.mem % n.cpus or n.mem_free * n.cpus != n.cpus_free * n.mem:
+                return "nodes differ, have no GPUs or typed ones, are not usable, " \
+                       "or memory is not per CPU"
+        if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
+                p.max_nodes is not None:
+            return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
+        return settings_outside(cfg)
+
+    def admit(self, job: JobView) -> str | None:
+        """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
+        part = self.part
+        why = job_outside(job, part, "GPU node-class")
+        if why is not None:
+            return why
+        key = request_key(job)  # jobs of one shape share their request (replays: thousands)
+        rq = self._requests.get(key)
+        if rq is None:
+            rq = self._requests[key] = request_of(job, self.cfg)
+        if rq.cpt != 1 or rq.tpn is not None or rq.exclusive or rq.mem_mode != "cpu" or \
+                rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
+                rq.cpg or not 1 <= rq.gpus <= self.G:
+            return "the job's shape is outside the GPU node-class scope"
+        if rq.tasks_mode == "pack" and rq.gpu_mode == "total" and rq.ntasks == 1 and \
+                rq.lo == 1 and rq.hi is None:
+            k = 1  # --gpus=g -n 1: one node
+        elif rq.tasks_mode == "one" and rq.gpu_mode == "node" and (
+                rq.hi is None or rq.hi == rq.lo):
+            k = rq.lo  # -N k --gpus-per-node=g
+        else:
+            return "the job's shape is outside the GPU node-class scope"
+        if k > len(self.nodes):
+            return "more nodes than the partition has"
+        lim = job.time_limit if job.time_limit is not None else part.max_time
+        if lim is not None and lim < 1:
+            return "a limit under a minute (planned longer than it runs)"
+        self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
+                                        k, rq.gpus, estimate(job, part),
+                                        YEAR if lim is None else 60 * lim, job))
+        return None
+
+    def info(self, job: JobView) -> Info:
+        got = self._info.get(job.job_id)
+        if got is None or got[0] is not job:
+            why = self.admit(job)
+            if why is not None:
+                raise ValueError(f"job {job.job_id}: {why}")
+            got = self._info[job.job_id]
+        return got[1]
+
+    # ---- changes ----------------------------------------------------------------------
+    def _set(self, p: int, mask: int, c: int) -> None:
+        """Node ``p`` now has GPUs ``mask`` and ``c`` CPUs free: move it between classes."""
+        old_m, old_c = self.mask[p], self.fc[p]
+        og, ng, G = old_m.bit_count(), mask.bit_count(), self.G
+        if og and old_c:
+            cls = self.byg[og]
+            del cls[bisect_left(cls, (old_c, p))]
+        if ng and c:
+            insort(self.byg[ng], (c, p))
+        self.total += ng - og
+        self.partial_free += (ng if ng < G else 0) - (og if og < G else 0)
+        self.mask[p], self.fc[p] = mask, c
+
+    def add_running(self, job_id: int, end: int, pick: Pick) -> None:
+        """A job already running (started elsewhere) on ``pick`` ((position, GPU mask), one
+        CPU each), estimated to end at ``end``: its GPUs and CPUs are taken now."""
+        for p, gm in pick:
+            self._set(p, self.mask[p] & ~gm, self.fc[p] - 1)
+        self.running[job_id] = (end, pick)
+        insort(self.releases, (end, job_id))
+
+    def ended(self, job_id: int) -> None:
+        """A running job gave its GPUs and CPUs back."""
+        end, pick = self.running.pop(job_id)
+        for p, gm in pick:
+            self._set(p, self.mask[p] | gm, self.fc[p] + 1)
+        rel = self.releases
+        del rel[bisect_left(rel, (end, job_id))]
+
+    # ---- the pass ---------------------------------------------------------------------
+    def schedule(self, now: int, queue: Sequence[JobView]) -> list[Start]:
+        """The starts ``schedule()`` makes now for these pending jobs (every one admitted),
+        applied to this state. Afterwards :attr:`reservation` is the EASY reservation."""
+        get, infos = self._info.get, []
+        for j in queue:
+            got = get(j.job_id)
+            infos.append(got[1] if got is not None and got[0] is j else self.info(j))
+        infos.sort()
+        starts: list[Start] = []
+        res: _Resv | None = None
+        blocked = False
+        self._wait = None
+        for key, k, g, d, off, job in infos:
+            if not self.total and res is not None:
+                break  # no GPU free and the reservation made: nothing else can change
+            if self._wait is not None:  # a waiting job before this one: reserve first
+                res = self._reserve(now)
+            past = res is not None and now + d > res.T
+            pick = self._fit(k, g, res if past else None)
+            if pick is not None:
+                self._start(job, g, off, now, pick, res if past else None, blocked, starts)
+                continue
+            if not self.backfill:
+                break  # the main scheduler: the first waiting job blocks the partition
+            blocked = True
+            if res is None:
+                self._wait = (key[2], k, g, d)
+        if self._wait is not None:
+            res = self._reserve(now)
+        self._res = res
+        return starts
+
+    @property
+    def reservation(self) -> tuple[int, int, tuple[str, ...]] | None:
+        """The last pass's EASY reservation: (job, expected start, node names), or None."""
+        res = self._res
+        return None if res is None else (
+            res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.R)))
+
+    def _fit(self, k: int, g: int, res: _Resv | None) -> list[tuple[int, int]] | None:
+        """The ``k`` best nodes with ``g`` GPUs and a CPU free for the job's window, as
+        (position, usable GPU mask), or None. ``res``: the reservation when the window runs
+        past its start (its nodes then offer what it leaves them)."""
+        if k * g > self.total:
+            return None
+        byg, G, mask = self.byg, self.G, self.mask
+        if res is None:
+            out: list[tuple[int, int]] = []
+            for gg in range(g, G + 1):
+                for _c, p in byg[gg]:
+                    out.append((p, mask[p]))
+                    if len(out) == k:
+                        return out
+            return None
+        # the reserved nodes at what they offer past T, merged into the classes' order
+        R, bc, fc = res.R, res.bc, self.fc
+        extra = []
+        for p, r in R.items():
+            m = mask[p] & ~r
+            c = min(fc[p], bc[p])
+            if m.bit_count() >= g and c >= 1:
+                extra.append((m.bit_count(), c, p, m))
+        extra.sort()
+        out, ei, ne = [], 0, len(extra)
+        for gg in range(g, G + 1):
+            for c, p in byg[gg]:
+                if p in R:
+                    continue
+                while ei < ne and extra[ei][:3] < (gg, c, p):
+                    out.append((extra[ei][2], extra[ei][3]))
+                    ei += 1
+                    if len(out) == k:
+                        return out
+                out.append((p, mask[p]))
+                if len(out) == k:
+                    return out
+        for e in extra[ei:]:
+            out.append((e[2], e[3]))
+            if len(out) == k:
+                return out
+        return None
+
+    def _start(self, job: JobView, g: int, off: int, now: int, fit: list[tuple[int, int]],
+               res: _Resv | None, blocked: bool, starts: list[Start]) -> None:
+        """Start ``job`` on ``fit`` (the lowest ``g`` of each node's usable GPUs); ``res``:
+        the reservation when the job runs past its start (it then holds a CPU of a reserved
+        node at ``T``)."""
+        jid = job.job_id
+        pick: Pick = []
+        mask, fc = self.mask, self.fc
+        for p, usable in sorted(fit):
+            gm = _lowest(usable, g)
+            self._set(p, mask[p] & ~gm, fc[p] - 1)
+            if res is not None and p in res.bc:
+                res.bc[p] -= 1
+            pick.append((p, gm))
+        # planned on [now, now + d); later passes see it end where the lifecycle puts it
+        # (start + limit): the two differ only for limits under a minute, not admitted
+        self.running[jid] = (now + off, pick)
+        insort(self.releases, (now + off, jid))
+        share = self._share
+        alloc = Allocation(job_id=jid, nodes=tuple(
+            [share.get(pm) or self._new_share(pm) for pm in pick]))
+        starts.append(Start(job_id=jid, partition=self.part.name, allocation=alloc,
+                            scheduler="Backfill" if blocked else "Main"))
+
+    def _new_share(self, pm: tuple[int, int]) -> NodeAlloc:
+        """The (immutable) share of GPUs ``mask`` and one CPU of node ``p``, made once."""
+        p, gm = pm
+        ids = tuple(i for i in range(gm.bit_length()) if gm >> i & 1)
+        na = self._share[pm] = NodeAlloc(node=self.nodes[p].name, cpus=1, mem=self.ratio,
+                                         gpus=ids, tasks=1)
+        return na
+
+    # ---- the reservation --------------------------------------------------------------
+    def _ends(self, now: int) -> list[tuple[int, int]]:
+        """The estimated ends as the timeline sees them: an end already past comes back at
+        now + KillWait + OverTimeLimit (never, if that is not after now)."""
+        rel = self.releases
+        if not rel or rel[0][0] > now:
+            return rel
+        late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
+        return sorted((e if e > now else late, j) for e, j in rel if e > now or late > now)
+
+    def _reserve(self, now: int) -> _Resv | None:
+        """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
+        on the profile with this pass's starts carved), or None when it has none in reach."""
+        assert self._wait is not None
+        jid, k, g, d = self._wait
+        self._wait = None
+        horizon = now + self.cfg.bf_window * 60
+        mask, fc, running = self.mask, self.fc, self.running
+        # the nodes in the order of the timeline's search: those fitting now, best first
+        chosen: list[int] = []
+        if k > 1:
+            for gg in range(g, self.G + 1):
+                chosen += [p for _c, p in self.byg[gg]]
+        # (a one-node job that waits fits nowhere now; a k-node one on fewer than k nodes)
+        have = set(chosen)
+        acc: dict[int, tuple[int, int]] = {}  # touched node → (GPU mask, CPUs) at t
+        ends = self._ends(now)
+        i, n = 0, len(ends)
+        while i < n:
+            t = ends[i][0]
+            if t > horizon:
+                return None
+            touched = []
+            while i < n and ends[i][0] == t:
+                for p, gm in running[ends[i][1]][1]:
+                    m, c = acc.get(p) or (mask[p], fc[p])
+                    acc[p] = (m | gm, c + 1)
+                    touched.append(p)
+                i += 1
+            new = sorted({(acc[p][0].bit_count(), acc[p][1], p) for p in touched
+                          if p not in have and acc[p][0].bit_count() >= g and acc[p][1] >= 1})
+            for _g, _c, p in new:
+                chosen.append(p)
+                have.add(p)
+                if len(chosen) == k:
+                    R, bc = {}, {}
+                    for q in chosen:  # what each holds: at T, the lowest free GPUs, one CPU
+                        m, c = acc.get(q) or (mask[q], fc[q])
+                        R[q], bc[q] = _lowest(m, g), c - 1
+                    return _Resv(jid, t, R, bc)
+        return None
