@@ -51,11 +51,9 @@ from bisect import bisect_left, insort
 from collections.abc import Sequence
 from typing import Any
 
-from . import priority as prio
-from .backfill import YEAR, estimate
-from .placement import Allocation, NodeAlloc, Request, request_key, request_of
-from .pooled import job_outside, settings_outside
-from .schedule import Start, order_key
+from .nodeclass import ClassScheduler
+from .placement import Allocation, NodeAlloc, Request
+from .schedule import Start
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
 from .timeline import gpu_mask
 
@@ -89,24 +87,23 @@ class _Resv:
         self.job_id, self.T, self.R, self.bc = job_id, T, R, bc
 
 
-class GpuClassScheduler:
+class GpuClassScheduler(ClassScheduler):
     """State: per node its free GPU mask and free CPUs, the nodes grouped by (free GPUs, free
     CPUs), the running jobs' estimated ends; a pass walks the jobs it is given in queue order
     (module doc)."""
 
-    __slots__ = ("nodes", "part", "cfg", "G", "ratio", "mask", "fc", "byg", "total", "partial_free",
-                 "backfill", "running", "releases", "_info", "_res", "_wait", "_share",
-                 "_requests")
+    __slots__ = ("G", "ratio", "mask", "fc", "byg", "total", "partial_free")
+    scope = "GPU node-class"
+    running: dict[int, tuple[int, Pick]]  # job → (estimated end, its pick)
+    _info: dict[int, tuple[JobView, Info]]
+    _res: _Resv | None
+    _wait: tuple[int, int, int, int] | None
+    _share: dict[tuple[int, int], NodeAlloc]  # (node, GPU mask) → its NodeAlloc
 
     def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
-        why = self.unsupported(nodes, [part], cfg)
-        if why:
-            raise ValueError(why)
-        self.nodes = sorted(nodes, key=lambda n: n.index)
-        self.part, self.cfg = part, cfg
+        self._setup(nodes, part, cfg)
         self.G = self.nodes[0].gpus
         self.ratio = self.nodes[0].mem // self.nodes[0].cpus
-        self.backfill = cfg.backfill
         self.mask = [gpu_mask(n.gpus_free) for n in self.nodes]
         self.fc = [n.cpus_free for n in self.nodes]
         # class: free GPUs g → [(free CPUs, position)] ascending, for the nodes with at least
@@ -118,14 +115,6 @@ class GpuClassScheduler:
         self.total = sum(m.bit_count() for m in self.mask)  # free GPUs
         # free GPUs on nodes partly in use (a simulator metric: GPUs fragmentation leaves idle)
         self.partial_free = sum(g for m in self.mask if 0 < (g := m.bit_count()) < self.G)
-        # job → (estimated end, its pick)
-        self.running: dict[int, tuple[int, Pick]] = {}
-        self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
-        self._info: dict[int, tuple[JobView, Info]] = {}
-        self._res: _Resv | None = None  # the last pass's reservation
-        self._wait: tuple[int, int, int, int] | None = None  # a waiting job not yet reserved
-        self._share: dict[tuple[int, int], NodeAlloc] = {}  # (node, GPU mask) → its NodeAlloc
-        self._requests: dict[tuple[Any, ...], Request] = {}  # request_key → the request
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -134,28 +123,17 @@ class GpuClassScheduler:
         """Why these settings are outside the scope (module doc), or None."""
         if not nodes or len(parts) != 1:
             return "no nodes, or more than one partition"
-        n0, p = nodes[0], parts[0]
+        n0 = nodes[0]
         for n in nodes:
             if not n.gpus or n.gpu_type or not n.usable or n.cpus != n0.cpus or \
                     n.gpus != n0.gpus or n.weight != n0.weight or n.mem != n0.mem or \
                     n.mem % n.cpus or n.mem_free * n.cpus != n.cpus_free * n.mem:
                 return "nodes differ, have no GPUs or typed ones, are not usable, " \
                        "or memory is not per CPU"
-        if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
-                p.max_nodes is not None:
-            return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
-        return settings_outside(cfg)
+        return ClassScheduler.partition_outside(nodes, parts, cfg)
 
-    def admit(self, job: JobView) -> str | None:
-        """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
-        part = self.part
-        why = job_outside(job, part, "GPU node-class")
-        if why is not None:
-            return why
-        key = request_key(job)  # jobs of one shape share their request (replays: thousands)
-        rq = self._requests.get(key)
-        if rq is None:
-            rq = self._requests[key] = request_of(job, self.cfg)
+    def _row(self, job: JobView, rq: Request) -> tuple[int, int] | str:
+        """``(nodes, GPUs per node)``, or why the job's shape is out of scope."""
         if rq.cpt != 1 or rq.tpn is not None or rq.exclusive or rq.mem_mode != "cpu" or \
                 rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
                 rq.cpg or not 1 <= rq.gpus <= self.G:
@@ -170,22 +148,14 @@ class GpuClassScheduler:
             return "the job's shape is outside the GPU node-class scope"
         if k > len(self.nodes):
             return "more nodes than the partition has"
-        lim = job.time_limit if job.time_limit is not None else part.max_time
-        if lim is not None and lim < 1:
-            return "a limit under a minute (planned longer than it runs)"
-        self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
-                                        k, rq.gpus, estimate(job, part),
-                                        YEAR if lim is None else 60 * lim, job))
-        return None
+        return k, rq.gpus
 
-    def info(self, job: JobView) -> Info:
-        got = self._info.get(job.job_id)
-        if got is None or got[0] is not job:
-            why = self.admit(job)
-            if why is not None:
-                raise ValueError(f"job {job.job_id}: {why}")
-            got = self._info[job.job_id]
-        return got[1]
+    def room(self) -> int:
+        """The most GPUs a job of this scope can start on now (none of more can): those of
+        the fullest usable node, or of all wholly free ones if that is more."""
+        byg, G = self.byg, self.G
+        top = next((g for g in range(G, 0, -1) if byg[g]), 0)
+        return max(top, G * len(byg[G]))
 
     # ---- changes ----------------------------------------------------------------------
     def _set(self, p: int, mask: int, c: int) -> None:
@@ -333,15 +303,6 @@ class GpuClassScheduler:
         return na
 
     # ---- the reservation --------------------------------------------------------------
-    def _ends(self, now: int) -> list[tuple[int, int]]:
-        """The estimated ends as the timeline sees them: an end already past comes back at
-        now + KillWait + OverTimeLimit (never, if that is not after now)."""
-        rel = self.releases
-        if not rel or rel[0][0] > now:
-            return rel
-        late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
-        return sorted((e if e > now else late, j) for e, j in rel if e > now or late > now)
-
     def _reserve(self, now: int) -> _Resv | None:
         """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
         on the profile with this pass's starts carved), or None when it has none in reach."""

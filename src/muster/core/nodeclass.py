@@ -119,22 +119,115 @@ class _Resv:
                 insort(self.eff.setdefault(a1, []), p)
 
 
-class NodeClassScheduler:
-    """State: free CPUs per node and the nodes grouped by it, the running jobs' estimated
-    ends; a pass walks the jobs it is given in queue order (module doc)."""
+class ClassScheduler:
+    """What the node-class schedulers share (this one and
+    :class:`muster.core.gpuclass.GpuClassScheduler`): the scope's partition and settings,
+    each admitted job's queue row, the running jobs' estimated ends. A subclass sets
+    ``nodes``, ``part``, ``cfg``, ``running``, ``releases`` and the caches, and implements
+    ``_row(job, rq)``: the job's row, or why its shape is out of scope."""
 
-    __slots__ = ("nodes", "part", "cfg", "cpn", "ratio", "free", "byfree", "total", "backfill",
-                 "running", "releases", "_info", "_res", "_wait", "_share", "_requests")
+    __slots__ = ("nodes", "part", "cfg", "backfill", "running", "releases", "_info", "_res",
+                 "_wait", "_share", "_requests")
+    scope = "node-class"
+    nodes: list[NodeView]
+    part: PartitionView
+    cfg: SchedConfig
+    running: dict[int, Any]
+    releases: list[tuple[int, int]]
+    _info: dict[int, tuple[JobView, Any]]
+    _res: Any
+    _wait: Any
+    _share: dict[Any, NodeAlloc]
+    _requests: dict[tuple[Any, ...], Request]
 
-    def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
+    def _setup(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported(nodes, [part], cfg)
         if why:
             raise ValueError(why)
         self.nodes = sorted(nodes, key=lambda n: n.index)
         self.part, self.cfg = part, cfg
+        self.backfill = cfg.backfill
+        self.running = {}
+        self.releases = []  # (estimated end, job), ascending
+        self._info = {}
+        self._res = None  # the last pass's reservation
+        self._wait = None  # a waiting job not yet reserved
+        self._share = {}  # a start's per-node share, made once
+        self._requests = {}  # request_key → the request (one config)
+
+    @staticmethod
+    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
+                    cfg: SchedConfig) -> str | None:  # pragma: no cover - each subclass's own
+        raise NotImplementedError
+
+    @staticmethod
+    def partition_outside(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
+                          cfg: SchedConfig) -> str | None:
+        """Why the partition or the settings are outside the scope (one UP partition holding
+        exactly these nodes, no node cap; :func:`settings_outside`), or None."""
+        p = parts[0]
+        if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
+                p.max_nodes is not None:
+            return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
+        return settings_outside(cfg)
+
+    def _row(self, job: JobView, rq: Request) -> Any:  # pragma: no cover - subclass's own
+        raise NotImplementedError
+
+    def admit(self, job: JobView) -> str | None:
+        """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
+        why = job_outside(job, self.part, self.scope)
+        if why is not None:
+            return why
+        key = request_key(job)  # jobs of one shape share their request (replays: thousands)
+        rq = self._requests.get(key)
+        if rq is None:
+            rq = self._requests[key] = request_of(job, self.cfg)
+        row = self._row(job, rq)
+        if isinstance(row, str):
+            return row
+        lim = job.time_limit if job.time_limit is not None else self.part.max_time
+        if lim is not None and lim < 1:
+            return "a limit under a minute (planned longer than it runs)"
+        self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
+                                        *row, estimate(job, self.part),
+                                        YEAR if lim is None else 60 * lim, job))
+        return None
+
+    def info(self, job: JobView) -> Any:
+        got = self._info.get(job.job_id)
+        if got is None or got[0] is not job:
+            why = self.admit(job)
+            if why is not None:
+                raise ValueError(f"job {job.job_id}: {why}")
+            got = self._info[job.job_id]
+        return got[1]
+
+    def _ends(self, now: int) -> list[tuple[int, int]]:
+        """The estimated ends as the timeline sees them: an end already past comes back at
+        now + KillWait + OverTimeLimit (never, if that is not after now)."""
+        rel = self.releases
+        if not rel or rel[0][0] > now:
+            return rel
+        late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
+        return sorted((e if e > now else late, j) for e, j in rel if e > now or late > now)
+
+
+class NodeClassScheduler(ClassScheduler):
+    """State: free CPUs per node and the nodes grouped by it, the running jobs' estimated
+    ends; a pass walks the jobs it is given in queue order (module doc)."""
+
+    __slots__ = ("cpn", "ratio", "free", "byfree", "total")
+    running: dict[int, tuple[int, Pick, list[int]]]  # job → (estimated end, CPUs, positions)
+    _info: dict[int, tuple[JobView, Info]]
+    _res: _Resv | None
+    _wait: tuple[int, int, int] | None
+    _share: dict[tuple[int, int], NodeAlloc]  # (node, CPUs) → its NodeAlloc
+
+    def __init__(self, nodes: Sequence[NodeView], part: PartitionView, cfg: SchedConfig) -> None:
+        self._setup(nodes, part, cfg)
         self.cpn = self.nodes[0].cpus
         self.ratio = self.nodes[0].mem // self.cpn
-        self.backfill = cfg.backfill
         self.free = [n.cpus_free for n in self.nodes]
         # node class: free CPUs → positions with that many free, ascending
         # (class 0, the nodes without a free CPU, is not kept: nothing reads it)
@@ -143,14 +236,6 @@ class NodeClassScheduler:
             if c:
                 self.byfree[c].append(p)
         self.total = sum(self.free)
-        # job → (estimated end, its CPUs, their positions)
-        self.running: dict[int, tuple[int, Pick, list[int]]] = {}
-        self.releases: list[tuple[int, int]] = []  # (estimated end, job), ascending
-        self._info: dict[int, tuple[JobView, Info]] = {}
-        self._res: _Resv | None = None  # the last pass's reservation
-        self._wait: tuple[int, int, int] | None = None  # a waiting job not yet reserved
-        self._share: dict[tuple[int, int], NodeAlloc] = {}  # (node, CPUs) → its NodeAlloc
-        self._requests: dict[tuple[Any, ...], Request] = {}  # request_key → the request (one config)
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -159,26 +244,15 @@ class NodeClassScheduler:
         """Why these settings are outside the scope (module doc), or None."""
         if not nodes or len(parts) != 1:
             return "no nodes, or more than one partition"
-        n0, p = nodes[0], parts[0]
+        n0 = nodes[0]
         for n in nodes:
             if n.gpus or not n.usable or n.cpus != n0.cpus or n.weight != n0.weight or \
                     n.mem != n0.mem or n.mem % n.cpus or n.mem_free * n.cpus != n.cpus_free * n.mem:
                 return "nodes differ, have GPUs, are not usable, or memory is not per CPU"
-        if p.state != "UP" or set(p.node_names) != {n.name for n in nodes} or \
-                p.max_nodes is not None:
-            return "the partition is not UP, does not hold exactly the nodes, or caps nodes"
-        return settings_outside(cfg)
+        return ClassScheduler.partition_outside(nodes, parts, cfg)
 
-    def admit(self, job: JobView) -> str | None:
-        """Why ``job`` is outside the scope, or None (it may then be offered to a pass)."""
-        part = self.part
-        why = job_outside(job, part, "node-class")
-        if why is not None:
-            return why
-        key = request_key(job)  # jobs of one shape share their request (replays: thousands)
-        rq = self._requests.get(key)
-        if rq is None:
-            rq = self._requests[key] = request_of(job, self.cfg)
+    def _row(self, job: JobView, rq: Request) -> tuple[int] | str:
+        """``(CPUs,)`` of a job of one-CPU tasks, or why its shape is out of scope."""
         if rq.tasks_mode != "pack" or rq.cpt != 1 or rq.lo != 1 or rq.hi is not None or \
                 rq.tpn is not None or rq.gpu_mode or rq.exclusive or rq.mem_mode != "cpu" or \
                 rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
@@ -186,22 +260,7 @@ class NodeClassScheduler:
             return "the job's shape is outside the node-class scope"
         if rq.ntasks > self.cpn * len(self.nodes):
             return "more CPUs than the partition has"
-        lim = job.time_limit if job.time_limit is not None else part.max_time
-        if lim is not None and lim < 1:
-            return "a limit under a minute (planned longer than it runs)"
-        self._info[job.job_id] = (job, (order_key(prio.static_priority(job, self.cfg), job),
-                                        rq.ntasks, estimate(job, part),
-                                        YEAR if lim is None else 60 * lim, job))
-        return None
-
-    def info(self, job: JobView) -> Info:
-        got = self._info.get(job.job_id)
-        if got is None or got[0] is not job:
-            why = self.admit(job)
-            if why is not None:
-                raise ValueError(f"job {job.job_id}: {why}")
-            got = self._info[job.job_id]
-        return got[1]
+        return (rq.ntasks,)
 
     # ---- changes ----------------------------------------------------------------------
     def _take(self, p: int, x: int) -> None:
@@ -408,15 +467,6 @@ class NodeClassScheduler:
                 yield c, cls
 
     # ---- the reservation --------------------------------------------------------------
-    def _ends(self, now: int) -> list[tuple[int, int]]:
-        """The estimated ends as the timeline sees them: an end already past comes back at
-        now + KillWait + OverTimeLimit (never, if that is not after now)."""
-        rel = self.releases
-        if not rel or rel[0][0] > now:
-            return rel
-        late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
-        return sorted((e if e > now else late, j) for e, j in rel if e > now or late > now)
-
     def _reserve(self, now: int) -> _Resv | None:
         """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
         on the profile with this pass's starts carved), or None when it has none in reach."""

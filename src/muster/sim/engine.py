@@ -540,6 +540,11 @@ class _CoreBackend:
     def _fits(self, tj: TraceJob) -> bool:
         return tj.cpus <= self.free_c and tj.gpus <= self.free_g
 
+    def _room(self) -> tuple[int, int]:
+        """(CPUs, GPUs): a job asking more of either cannot start now (the backfill pruning's
+        test, module doc). Here the free totals; a backend that knows its nodes may say less."""
+        return self.free_c, self.free_g
+
     def _node_change(self, i: int, dc: int, dm: int, gpus_out: tuple[int, ...],
                      gpus_in: tuple[int, ...]) -> None:
         nodes = self.nodes
@@ -634,16 +639,19 @@ class _CoreBackend:
                     break
                 out.append(views[jid])
             return tuple(out) if out else None
-        freed, fits = self.freed, self._fits
+        freed = self.freed
         if not freed and not self.new_fit:
             return None
-        free = self.free_g if self.gpu else self.free_c
+        free_c, free_g = self._room()
+        free = free_g if self.gpu else free_c
+
+        def fits(tj: TraceJob) -> bool:
+            return tj.cpus <= free_c and tj.gpus <= free_g
         if depth is None:
             if not self.sizes or self.sizes[0][0] > free:
                 return None
             return tuple(views[j] for j in pending)
         out, blockers, last, any_fit = [], 0, 0, False
-        free_c, free_g = self.free_c, self.free_g
         for jid, tj in pending.items():
             out.append(views[jid])
             last = jid
@@ -672,10 +680,11 @@ class _NodeClassBackend(_CoreBackend):
     a queue are ``schedule()``'s on a snapshot with that queue, so the replay is the same."""
 
     name = "nodeclass"
+    sched: NodeClassScheduler | GpuClassScheduler
 
     def __init__(self, sim: Simulator) -> None:
         super().__init__(sim)
-        assert isinstance(sim.nodeclass, NodeClassScheduler)  # chosen only when it applies
+        assert sim.nodeclass is not None  # chosen only when a node-class scheduler applies
         self.sched = sim.nodeclass
 
     def ended(self, rec: Job, tj: TraceJob) -> None:
@@ -689,9 +698,13 @@ class _NodeClassBackend(_CoreBackend):
             del self.sizes[bisect_right(self.sizes, (self._size(tj), st.job_id)) - 1]
         self.free_c -= rec.num_cpus
 
-    def decide(self, t: int, extra: dict) -> tuple:
-        if self.free_c != self.sched.total or self.free_c < 0:  # the last pass, applied
+    def _check(self) -> None:
+        """The last pass, applied: the engine's count of what is free is the core's."""
+        if self.free_c != self.sched.total or self.free_c < 0:
             raise SimError(f"free CPUs {self.free_c} (engine) != {self.sched.total} (core)")
+
+    def decide(self, t: int, extra: dict) -> tuple:
+        self._check()
         queue = self._queue()
         self.freed = self.new_fit = False
         self.fresh.clear()
@@ -705,17 +718,12 @@ class _NodeClassBackend(_CoreBackend):
         return starts
 
 
-class _GpuClassBackend(_CoreBackend):
-    """:class:`~muster.core.gpuclass.GpuClassScheduler`, told each end and applying its own
-    starts, offered the same pruned queue as the snapshot core (module doc), as
-    :class:`_NodeClassBackend` is for CPU nodes."""
+class _GpuClassBackend(_NodeClassBackend):
+    """:class:`~muster.core.gpuclass.GpuClassScheduler` in the node-class backend's place:
+    it counts GPUs, and keeps the GPUs free on partly used nodes (a metric) itself."""
 
     name = "gpuclass"
-
-    def __init__(self, sim: Simulator) -> None:
-        super().__init__(sim)
-        assert isinstance(sim.nodeclass, GpuClassScheduler)  # chosen only when it applies
-        self.sched = sim.nodeclass
+    sched: GpuClassScheduler
 
     @property
     def partial_free(self) -> int:
@@ -723,32 +731,19 @@ class _GpuClassBackend(_CoreBackend):
 
     @partial_free.setter
     def partial_free(self, value: int) -> None:
-        pass  # kept by the scheduler
-
-    def ended(self, rec: Job, tj: TraceJob) -> None:
-        self.sched.ended(rec.job_id)
-        self.free_c += rec.num_cpus
-        self.free_g += tj.gpus
-        self.freed = self.retest = True
+        pass  # kept by the scheduler (the base class only sets its start value)
 
     def started(self, st, tj: TraceJob, rec: Job) -> None:
-        if self.use_sizes:
-            del self.sizes[bisect_right(self.sizes, (self._size(tj), st.job_id)) - 1]
+        super().started(st, tj, rec)
         self.pending_gpu_jobs -= 1
-        self.free_c -= rec.num_cpus
         self.free_g -= tj.gpus
 
-    def decide(self, t: int, extra: dict) -> tuple:
-        if self.free_g != self.sched.total or self.free_g < 0:  # the last pass, applied
+    def _room(self) -> tuple[int, int]:
+        """Fewer GPUs than are free where they are scattered: a trace job of ``s`` GPUs is
+        one node's ``s <= G`` or whole nodes (``s/G`` of them), so it cannot start now unless
+        ``s`` is at most the most free GPUs of one node, or ``G`` × the nodes all free."""
+        return self.free_c, self.sched.room()
+
+    def _check(self) -> None:
+        if self.free_g != self.sched.total or self.free_g < 0:
             raise SimError(f"free GPUs {self.free_g} (engine) != {self.sched.total} (core)")
-        queue = self._queue()
-        self.freed = self.new_fit = False
-        self.fresh.clear()
-        if queue is None:
-            return ()
-        c0 = _time.perf_counter()
-        starts = tuple(self.sched.schedule(t, queue))
-        self.core_s += _time.perf_counter() - c0
-        self.calls += 1
-        self.retest = not self.exact_memo
-        return starts
