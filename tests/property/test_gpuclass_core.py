@@ -1,8 +1,9 @@
 """The GPU node-class scheduler makes the same decisions as the core's ``schedule()``.
 
 A random history on several identical GPU nodes (1–8 GPUs, CPUs fewer than, equal to or
-many times the GPUs; FIFO or EASY) — submissions (``--gpus=g -n 1`` and ``-N k
---gpus-per-node=g`` jobs, random limits and priorities), ends (early, on time, or after the
+many times the GPUs; FIFO or EASY) — submissions (``--gpus=g -n 1``, ``--gpus=g`` on one
+node or spread over several, and ``-N k --gpus-per-node=g`` jobs, random limits and
+priorities), ends (early, on time, or after the
 estimated end, so stale estimates are exercised), passes — is fed to
 :class:`muster.core.gpuclass.GpuClassScheduler` as deltas and, at every pass, to
 ``schedule()`` as a full snapshot the test builds itself. The starts (job, allocation with
@@ -47,8 +48,12 @@ def _job(rng: random.Random, jid: int, now: int, k: int, gpn: int, ratio: int,
     common = dict(job_id=jid, priority=rng.choice([1, 1, 1, 5]), submit_time=now,
                   partitions=("p",), time_limit=limit, mem_per_cpu=ratio,
                   nice=rng.choice([0, 0, 0, 100]))
-    if rng.random() < 0.6:  # one node: --gpus=g -n 1
+    r = rng.random()
+    if r < 0.5:  # one node: --gpus=g -n 1
         return JobView(ntasks=1, gpus_total=rng.randint(1, gpn), **common)
+    if r < 0.65 and k > 1:  # --gpus=g, more than a node has: spread, a task on each node
+        return JobView(gpus_total=rng.choice([gpn + 1, max(gpn + 1, 2 * gpn - 1), k * gpn]),
+                       **common)
     nodes = rng.choice([1, 2, max(1, k // 2), k])
     return JobView(nodes_min=nodes, gpus_per_node=rng.choice([1, gpn // 2 or 1, gpn]),
                    **common)
@@ -77,7 +82,7 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
     pending: dict[int, JobView] = {}
     running: dict[int, tuple[RunningView, int]] = {}  # job → (view, when it really ends)
     now, jid = 0, 0
-    reserved_seen = multi = backfilled = 0
+    reserved_seen = multi = backfilled = spread = 0
     for _ in range(steps):
         now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
         for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
@@ -90,7 +95,7 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
             jid += 1
             job = _job(rng, jid, now, k, gpn, ratio, max_time)
             why = core.admit(job)
-            assert why is None or "more nodes" in why, why
+            assert why is None or "more nodes" in why or "more GPUs" in why, why
             if why is None:
                 pending[jid] = job
         offered = tuple(pending.values())
@@ -121,12 +126,14 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
                 assert a.cpus == 1 and set(a.gpus) <= free[i][1]
                 free[i] = (free[i][0] - a.cpus, free[i][1] - set(a.gpus))
             multi += len(s.allocation.nodes) > 1
+            spread += job.gpus_total is not None and job.ntasks == 0
             backfilled += s.scheduler == "Backfill"
         assert [(c, m.bit_count()) for c, m in zip(core.fc, core.mask)] == \
             [(c, len(g)) for c, g in free]
     event(f"reservations: {'some' if reserved_seen else 'none'}")
     event(f"starts over several nodes: {'some' if multi else 'none'}")
     event(f"backfill starts: {'some' if backfilled else 'none'}")
+    event(f"--gpus spread over nodes started: {'some' if spread else 'none'}")
 
 
 def test_a_job_backfilled_past_the_reservation_keeps_the_cpu_it_takes_there():
@@ -178,6 +185,11 @@ def test_scope_is_explained():
                               mem_per_cpu=1)) is None
     assert "shape" in core.admit(JobView(job_id=3, partitions=("p",), ntasks=1, gpus_total=5,
                                          mem_per_cpu=1))
+    assert core.admit(JobView(job_id=8, partitions=("p",), gpus_total=5, mem_per_cpu=1)) is None
+    assert "shape" in core.admit(JobView(job_id=10, partitions=("p",), gpus_total=3,
+                                         mem_per_cpu=1))  # spread only where no node fits
+    assert "more GPUs" in core.admit(JobView(job_id=9, partitions=("p",), gpus_total=9,
+                                             mem_per_cpu=1))
     assert "shape" in core.admit(JobView(job_id=4, partitions=("p",), ntasks=4, gpus_total=4,
                                          mem_per_cpu=1))
     assert "shape" in core.admit(JobView(job_id=5, partitions=("p",), ntasks=1, mem_per_cpu=1))
@@ -185,3 +197,30 @@ def test_scope_is_explained():
                                               gpus_per_node=1, mem_per_cpu=1))
     assert "limit" in core.admit(JobView(job_id=7, partitions=("p",), ntasks=1, gpus_total=1,
                                          time_limit=0, mem_per_cpu=1))
+
+
+def test_a_spread_fills_the_node_with_fewer_free_cpus_first_among_equals():
+    """``--gpus=7`` on two 6-GPU nodes with 4 GPUs free each: n0 runs one job (1 CPU taken),
+    n1 two (2 CPUs taken). Both are needed; each gets a GPU, then the rest goes, among
+    nodes of equal free GPUs, to the best fit first: n1 gets all 4 of its free GPUs, n0 the
+    remaining 3 (its lowest free ones). The same as ``schedule()``."""
+    part = PartitionView(name="p", node_names=("n0", "n1"))
+    for cfg in (SchedConfig(), SchedConfig(backfill=True, bf_depth=1, bf_max_job_test=0)):
+        free = [(7, {2, 3, 4, 5}), (6, {2, 3, 4, 5})]
+        core = GpuClassScheduler(_nodes(2, 8, 6, 1, [(8, set(range(6)))] * 2), part, cfg)
+        running = [(90, 0, (0, 1)), (91, 1, (0,)), (92, 1, (1,))]
+        for jid, p, gpus in running:
+            core.add_running(jid, 3600, [(p, sum(1 << i for i in gpus))])
+        queue = [JobView(job_id=1, submit_time=1, partitions=("p",), time_limit=30,
+                         mem_per_cpu=1, gpus_total=7)]
+        got = core.schedule(0, queue)
+        assert [(a.node, a.gpus) for s in got for a in s.allocation.nodes] == \
+            [("n0", (2, 3, 4)), ("n1", (2, 3, 4, 5))]
+        want = schedule(Snapshot(now=0, nodes=_nodes(2, 8, 6, 1, free), partitions=(part,),
+                                 pending=tuple(queue), running=tuple(RunningView(
+                                     job_id=jid, partition="p", nodes=(NodeAlloc(
+                                         node=f"n{p}", cpus=1, mem=1, gpus=gpus, tasks=1),),
+                                     start_time=0, end_time=3600)
+                                     for jid, p, gpus in running)), cfg)
+        assert [(s.job_id, s.allocation, s.scheduler) for s in want.starts] == \
+            [(s.job_id, s.allocation, s.scheduler) for s in got]

@@ -169,8 +169,9 @@ def workloads(draw, max_jobs=14, pooled=False):
 
 @st.composite
 def gpu_workloads(draw, max_jobs=40):
-    """Identical GPU nodes and ITP-shaped jobs (one CPU; some of one node's GPUs, or whole
-    nodes): the GPU node-class scheduler's scope."""
+    """Identical GPU nodes and ITP-shaped jobs (one CPU; some of one node's GPUs, whole
+    nodes, or more than a node's GPUs spread over nodes): the GPU node-class scheduler's
+    scope."""
     gpus = draw(st.sampled_from([2, 4, 8]))
     count = draw(st.integers(1, 4))
     nodes = [(draw(st.sampled_from([gpus // 2, gpus, 4 * gpus])), gpus)] * count
@@ -180,7 +181,8 @@ def gpu_workloads(draw, max_jobs=40):
         t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
         run = draw(st.integers(1, 900))
         limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
-        g = draw(st.sampled_from([1, 1, gpus // 2, gpus, gpus * draw(st.integers(1, count))]))
+        g = draw(st.sampled_from([1, 1, gpus // 2, gpus, gpus * draw(st.integers(1, count)),
+                                  min(gpus + 1, gpus * count)]))  # the last: spread
         jobs.append(TraceJob(i, t, run, limit, 1, g, user=f"u{i % 3}"))
     return nodes, jobs
 

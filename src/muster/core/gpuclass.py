@@ -3,7 +3,8 @@
 The GPU counterpart of :mod:`muster.core.nodeclass`, for the commonest GPU replay — a GPU
 trace (ITP, Philly) on nodes of ``G`` GPUs: every job asks, on each of ``k`` nodes, ``g``
 GPUs and one CPU (``--gpus=g -n 1`` with ``g <= G``: one node; ``-N k --gpus-per-node=g``:
-``k`` nodes). :class:`GpuClassScheduler` makes **the same decisions** as
+``k`` nodes), or ``--gpus=g`` with ``g > G`` spread over nodes, a task (one CPU) on each
+(Philly's 12- and 20-GPU jobs). :class:`GpuClassScheduler` makes **the same decisions** as
 :func:`muster.core.schedule.schedule` on the queue it is given, from state kept across
 passes: each node's free GPU indices (a bitmask) and free CPUs, the nodes grouped by
 (free GPUs, free CPUs) — a *class*, ordered as placement's best-fit key — and the running
@@ -35,6 +36,11 @@ Why the shortcuts are exact (the rules of :mod:`muster.core.placement`,
   reserved node, the GPUs ``F_p \\ R_p`` (free now and not reserved: the intersection of
   the free sets over its window) and ``min(free_p, C_p(T) - 1)`` CPUs; every other node as
   now. A backfilled start lowers ``C_p(T)`` only if it runs past ``T``.
+* A job spread over nodes is placed by placement's packing rule on the nodes' values in its
+  window (:func:`_spread`), now or, for its reservation, at each of the first 64 breakpoints
+  (backfill's general search; a window's values are its start's, as above).
+* Within a pass a shape that found no room (nodes, GPUs, running past the reservation or
+  not) is not searched again: the pass only takes resources.
 * The reservation's start: for one node, the first estimated end after which a node it
   touched fits (the best of those at that end); for ``k`` nodes, nodes in the order of the
   timeline's search — those that fit now (best first), then each end's newly fitting ones
@@ -63,6 +69,7 @@ __all__ = ["GpuClassScheduler"]
 # its limit, the job); the key is unique (it ends with the job id)
 Info = tuple[tuple[Any, ...], int, int, int, int, JobView]
 Pick = list[tuple[int, int]]  # (node position, GPU mask taken there), by position
+_MAX_TESTS = 64  # breakpoints earliest_general tries (backfill's search for a spread job)
 
 
 def _lowest(mask: int, g: int) -> int:
@@ -74,6 +81,39 @@ def _lowest(mask: int, g: int) -> int:
         mask ^= low
         g -= 1
     return out
+
+
+def _spread(g: int, views: list[tuple[int, int, int]]) -> Pick | None:
+    """Placement of ``--gpus=g`` over several nodes (one task, so one CPU, on each) on
+    ``views`` (free GPU mask, free CPUs, position): the nodes by most free GPUs, then most
+    CPUs, then position, until ``g`` are covered; the last swapped for the best fit (least
+    GPUs, CPUs, position) among it and the later ones that cover the remainder; each node
+    gets one GPU, then the nodes are filled in order of most free GPUs, each with its
+    lowest free indices. None when the nodes hold fewer than ``g``, or need more nodes than
+    ``g`` (placement's ``k <= GPUs``)."""
+    order = sorted((-m.bit_count(), -c, p, m) for m, c, p in views if m and c)
+    got = 0
+    i = 0
+    while got < g and i < len(order):
+        got -= order[i][0]
+        i += 1
+    if got < g:
+        return None
+    chosen = order[:i]
+    rem = g - (got + chosen[-1][0])
+    fit = [(-e[0], -e[1], e[2]) for e in order[i - 1:] if -e[0] >= rem]
+    best = min(fit)
+    chosen[-1] = next(e for e in order[i - 1:] if e[2] == best[2])
+    if len(chosen) > g:
+        return None
+    # GPUs per node: one each, then in order of most free GPUs (then best fit) up to each cap
+    by_gpus = sorted(chosen, key=lambda e: (e[0], -e[0], -e[1], e[2]))
+    share, left = [], g - len(by_gpus)
+    for e in by_gpus:
+        add = min(-e[0] - 1, left)
+        left -= add
+        share.append((e[2], _lowest(e[3], 1 + add)))
+    return share
 
 
 class _Resv:
@@ -92,7 +132,7 @@ class GpuClassScheduler(ClassScheduler):
     CPUs), the running jobs' estimated ends; a pass walks the jobs it is given in queue order
     (module doc)."""
 
-    __slots__ = ("G", "ratio", "mask", "fc", "byg", "total", "partial_free")
+    __slots__ = ("G", "ratio", "mask", "fc", "byg", "total", "partial_free", "spreads")
     scope = "GPU node-class"
     running: dict[int, tuple[int, Pick]]  # job → (estimated end, its pick)
     _info: dict[int, tuple[JobView, Info]]
@@ -115,6 +155,7 @@ class GpuClassScheduler(ClassScheduler):
         self.total = sum(m.bit_count() for m in self.mask)  # free GPUs
         # free GPUs on nodes partly in use (a simulator metric: GPUs fragmentation leaves idle)
         self.partial_free = sum(g for m in self.mask if 0 < (g := m.bit_count()) < self.G)
+        self.spreads = False  # a job spread over nodes was admitted (room() is then the total)
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -136,11 +177,19 @@ class GpuClassScheduler(ClassScheduler):
         """``(nodes, GPUs per node)``, or why the job's shape is out of scope."""
         if rq.cpt != 1 or rq.tpn is not None or rq.exclusive or rq.mem_mode != "cpu" or \
                 rq.mem != self.ratio or rq.min_cpus > 1 or rq.contig or rq.min_tmp or \
-                rq.cpg or not 1 <= rq.gpus <= self.G:
+                rq.cpg or rq.gpus < 1:
+            return "the job's shape is outside the GPU node-class scope"
+        if rq.tasks_mode == "one" and rq.gpu_mode == "total" and rq.lo == 1 and \
+                rq.hi is None and rq.gpus > self.G:
+            if rq.gpus > self.G * len(self.nodes):
+                return "more GPUs than the partition has"
+            self.spreads = True
+            return 0, rq.gpus  # --gpus=g over several nodes, a task on each
+        if rq.gpus > self.G:
             return "the job's shape is outside the GPU node-class scope"
         if rq.tasks_mode == "pack" and rq.gpu_mode == "total" and rq.ntasks == 1 and \
                 rq.lo == 1 and rq.hi is None:
-            k = 1  # --gpus=g -n 1: one node
+            k = 1  # --gpus=g -n 1: one node (without -n, g <= G is spread where no node fits)
         elif rq.tasks_mode == "one" and rq.gpu_mode == "node" and (
                 rq.hi is None or rq.hi == rq.lo):
             k = rq.lo  # -N k --gpus-per-node=g
@@ -150,12 +199,16 @@ class GpuClassScheduler(ClassScheduler):
             return "more nodes than the partition has"
         return k, rq.gpus
 
-    def room(self) -> int:
-        """The most GPUs a job of this scope can start on now (none of more can): those of
-        the fullest usable node, or of all wholly free ones if that is more."""
+    def room(self) -> tuple[int, int, int]:
+        """``(most, gap_lo, gap_hi)``: a job of this scope asking more than ``most`` GPUs, or
+        a count in ``(gap_lo, gap_hi]``, cannot start now. One node's ``g <= G`` GPUs need a
+        node with ``g`` free (the fullest usable node has ``top``: the gap is ``(top, G]``);
+        wider jobs need ``G`` × the wholly free nodes, or, spread over nodes (once such a
+        job was admitted), every free GPU."""
         byg, G = self.byg, self.G
         top = next((g for g in range(G, 0, -1) if byg[g]), 0)
-        return max(top, G * len(byg[G]))
+        wide = max(G * len(byg[G]), self.total if self.spreads else 0)
+        return max(top, wide), top, G
 
     # ---- changes ----------------------------------------------------------------------
     def _set(self, p: int, mask: int, c: int) -> None:
@@ -200,16 +253,21 @@ class GpuClassScheduler(ClassScheduler):
         res: _Resv | None = None
         blocked = False
         self._wait = None
+        # shapes that found no room in this pass: a pass only takes resources, so a later
+        # job of the same shape (running past the reservation or not) finds none either
+        failed: set[tuple[int, int, bool]] = set()
         for key, k, g, d, off, job in infos:
             if not self.total and res is not None:
                 break  # no GPU free and the reservation made: nothing else can change
             if self._wait is not None:  # a waiting job before this one: reserve first
                 res = self._reserve(now)
             past = res is not None and now + d > res.T
-            pick = self._fit(k, g, res if past else None)
+            shape = (k, g, past)
+            pick = None if shape in failed else self._fit(k, g, res if past else None)
             if pick is not None:
-                self._start(job, g, off, now, pick, res if past else None, blocked, starts)
+                self._start(job, off, now, pick, res if past else None, blocked, starts)
                 continue
+            failed.add(shape)
             if not self.backfill:
                 break  # the main scheduler: the first waiting job blocks the partition
             blocked = True
@@ -227,12 +285,25 @@ class GpuClassScheduler(ClassScheduler):
         return None if res is None else (
             res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.R)))
 
-    def _fit(self, k: int, g: int, res: _Resv | None) -> list[tuple[int, int]] | None:
-        """The ``k`` best nodes with ``g`` GPUs and a CPU free for the job's window, as
-        (position, usable GPU mask), or None. ``res``: the reservation when the window runs
-        past its start (its nodes then offer what it leaves them)."""
-        if k * g > self.total:
+    def _fit(self, k: int, g: int, res: _Resv | None) -> Pick | None:
+        """Where the job starts now: (position, the GPUs it takes there), or None. ``k``
+        nodes of ``g`` GPUs: the ``k`` best with ``g`` GPUs and a CPU free for the job's
+        window, the lowest ``g`` of their usable GPUs; ``k == 0``: ``g`` GPUs spread
+        (:func:`_spread`). ``res``: the reservation when the window runs past its start (its
+        nodes then offer what it leaves them)."""
+        if (k or 1) * g > self.total:
             return None
+        if not k:
+            R = res.R if res is not None else {}
+            views = [(m & ~R[p], min(c, res.bc[p]), p) if res is not None and p in R
+                     else (m, c, p) for p, (m, c) in enumerate(zip(self.mask, self.fc))]
+            return _spread(g, views)
+        got = self._best(k, g, res)
+        return None if got is None else [(p, _lowest(m, g)) for p, m in got]
+
+    def _best(self, k: int, g: int, res: _Resv | None) -> list[tuple[int, int]] | None:
+        """The ``k`` best nodes with ``g`` GPUs and a CPU free for the window, as (position,
+        usable GPU mask), or None (``res`` as for :meth:`_fit`)."""
         byg, G, mask = self.byg, self.G, self.mask
         if res is None:
             out: list[tuple[int, int]] = []
@@ -270,20 +341,18 @@ class GpuClassScheduler(ClassScheduler):
                 return out
         return None
 
-    def _start(self, job: JobView, g: int, off: int, now: int, fit: list[tuple[int, int]],
-               res: _Resv | None, blocked: bool, starts: list[Start]) -> None:
-        """Start ``job`` on ``fit`` (the lowest ``g`` of each node's usable GPUs); ``res``:
-        the reservation when the job runs past its start (it then holds a CPU of a reserved
-        node at ``T``)."""
+    def _start(self, job: JobView, off: int, now: int, fit: Pick, res: _Resv | None,
+               blocked: bool, starts: list[Start]) -> None:
+        """Start ``job`` on ``fit`` ((position, GPUs taken), a CPU each); ``res``: the
+        reservation when the job runs past its start (it then holds a CPU of a reserved node
+        at ``T``)."""
         jid = job.job_id
-        pick: Pick = []
+        pick = sorted(fit)
         mask, fc = self.mask, self.fc
-        for p, usable in sorted(fit):
-            gm = _lowest(usable, g)
+        for p, gm in pick:
             self._set(p, mask[p] & ~gm, fc[p] - 1)
             if res is not None and p in res.bc:
                 res.bc[p] -= 1
-            pick.append((p, gm))
         # planned on [now, now + d); later passes see it end where the lifecycle puts it
         # (start + limit): the two differ only for limits under a minute, not admitted
         self.running[jid] = (now + off, pick)
@@ -302,6 +371,42 @@ class GpuClassScheduler(ClassScheduler):
                                          gpus=ids, tasks=1)
         return na
 
+    def _views_at(self, acc: dict[int, tuple[int, int]]) -> list[tuple[int, int, int]]:
+        """Every node as (free GPU mask, free CPUs, position): at the time ``acc`` (touched
+        nodes → their values then) describes, the others as now."""
+        return [(*(acc.get(p) or mc), p) for p, mc in enumerate(zip(self.mask, self.fc))]
+
+    def _reserve_spread(self, jid: int, g: int, now: int, horizon: int) -> _Resv | None:
+        """The reservation of ``g`` GPUs spread over nodes: backfill's general search, the
+        first of the first ``_MAX_TESTS`` breakpoints (now the first) where placement's
+        spreading rule places it on the nodes' values then (profiles only grow after now:
+        the window's values are its start's)."""
+        running = self.running
+        ends = self._ends(now)
+        acc: dict[int, tuple[int, int]] = {}
+        total = self.total
+        i, n, tests = 0, len(ends), 1
+        while i < n:
+            t = ends[i][0]
+            if t > horizon:
+                return None
+            while i < n and ends[i][0] == t:
+                for p, gm in running[ends[i][1]][1]:
+                    m, c = acc.get(p) or (self.mask[p], self.fc[p])
+                    acc[p] = (m | gm, c + 1)
+                    total += gm.bit_count()
+                i += 1
+            tests += 1
+            if tests > _MAX_TESTS:
+                return None
+            if total < g:
+                continue
+            got = _spread(g, self._views_at(acc))
+            if got is not None:
+                return _Resv(jid, t, dict(got), {p: (acc.get(p) or (0, self.fc[p]))[1] - 1
+                                                  for p, _gm in got})
+        return None
+
     # ---- the reservation --------------------------------------------------------------
     def _reserve(self, now: int) -> _Resv | None:
         """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
@@ -311,6 +416,8 @@ class GpuClassScheduler(ClassScheduler):
         self._wait = None
         horizon = now + self.cfg.bf_window * 60
         mask, fc, running = self.mask, self.fc, self.running
+        if not k:
+            return self._reserve_spread(jid, g, now, horizon)
         # the nodes in the order of the timeline's search: those fitting now, best first
         chosen: list[int] = []
         if k > 1:

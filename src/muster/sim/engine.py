@@ -540,10 +540,11 @@ class _CoreBackend:
     def _fits(self, tj: TraceJob) -> bool:
         return tj.cpus <= self.free_c and tj.gpus <= self.free_g
 
-    def _room(self) -> tuple[int, int]:
-        """(CPUs, GPUs): a job asking more of either cannot start now (the backfill pruning's
-        test, module doc). Here the free totals; a backend that knows its nodes may say less."""
-        return self.free_c, self.free_g
+    def _room(self) -> tuple[int, int, int, int]:
+        """(CPUs, GPUs, gap_lo, gap_hi): a job asking more CPUs or GPUs, or a GPU count in
+        ``(gap_lo, gap_hi]``, cannot start now (the backfill pruning's test, module doc).
+        Here the free totals and no gap; a backend that knows its nodes may say less."""
+        return self.free_c, self.free_g, 0, 0
 
     def _node_change(self, i: int, dc: int, dm: int, gpus_out: tuple[int, ...],
                      gpus_in: tuple[int, ...]) -> None:
@@ -642,11 +643,11 @@ class _CoreBackend:
         freed = self.freed
         if not freed and not self.new_fit:
             return None
-        free_c, free_g = self._room()
+        free_c, free_g, gap_lo, gap_hi = self._room()
         free = free_g if self.gpu else free_c
 
         def fits(tj: TraceJob) -> bool:
-            return tj.cpus <= free_c and tj.gpus <= free_g
+            return tj.cpus <= free_c and tj.gpus <= free_g and not gap_lo < tj.gpus <= gap_hi
         if depth is None:
             if not self.sizes or self.sizes[0][0] > free:
                 return None
@@ -655,7 +656,8 @@ class _CoreBackend:
         for jid, tj in pending.items():
             out.append(views[jid])
             last = jid
-            if tj.cpus <= free_c and tj.gpus <= free_g:  # fits(tj), inlined: the hot loop
+            # fits(tj), inlined: the hot loop
+            if tj.cpus <= free_c and tj.gpus <= free_g and not gap_lo < tj.gpus <= gap_hi:
                 any_fit = True
             else:
                 blockers += 1
@@ -664,8 +666,14 @@ class _CoreBackend:
         else:
             return tuple(out) if any_fit else None
         if freed or self.retest:
-            hi = bisect_right(self.sizes, (free, 1 << 62))
-            later = sorted(jid for _, jid in self.sizes[:hi] if jid > last and fits(pending[jid]))
+            sizes = self.sizes
+            hi = bisect_right(sizes, (free, 1 << 62))
+            if gap_lo < gap_hi:  # the sizes in the gap, skipped whole
+                a = bisect_right(sizes, (gap_lo, 1 << 62), 0, hi)
+                b = bisect_right(sizes, (gap_hi, 1 << 62), a, hi)
+                sizes = sizes[:a] + sizes[b:hi]
+                hi = len(sizes)
+            later = sorted(jid for _, jid in sizes[:hi] if jid > last and fits(pending[jid]))
         else:  # only this instant's arrivals can start (module doc)
             later = sorted(jid for jid in self.fresh if jid > last and fits(pending[jid]))
         if not later and not any_fit:
@@ -738,11 +746,11 @@ class _GpuClassBackend(_NodeClassBackend):
         self.pending_gpu_jobs -= 1
         self.free_g -= tj.gpus
 
-    def _room(self) -> tuple[int, int]:
-        """Fewer GPUs than are free where they are scattered: a trace job of ``s`` GPUs is
-        one node's ``s <= G`` or whole nodes (``s/G`` of them), so it cannot start now unless
-        ``s`` is at most the most free GPUs of one node, or ``G`` × the nodes all free."""
-        return self.free_c, self.sched.room()
+    def _room(self) -> tuple[int, int, int, int]:
+        """Less than the GPUs free where they are scattered (:meth:`GpuClassScheduler.room`):
+        a job of ``s <= G`` GPUs needs one node with ``s`` free, a wider one whole free
+        nodes, or, spread over nodes, ``s`` free GPUs in all."""
+        return (self.free_c, *self.sched.room())
 
     def _check(self) -> None:
         if self.free_g != self.sched.total or self.free_g < 0:
