@@ -332,15 +332,20 @@ class NodeClassScheduler(ClassScheduler):
         res: _Resv | None = None
         blocked = False
         self._wait = None
+        # shapes that found no room in this pass: a pass only takes resources, so a later
+        # job of the same shape (running past the reservation or not) finds none either
+        failed: set[tuple[int, bool]] = set()
         for key, n, d, off, job in infos:
             if not self.total and res is not None:
                 break  # no CPU free and the reservation made: nothing else can change
             if self._wait is not None:  # a waiting job before this one: reserve first
                 res = self._reserve(now)
-            pick = self._fit(n, d, now, res)
+            shape = (n, res is not None and now + d > res.T)
+            pick = None if shape in failed else self._fit(n, d, now, res)
             if pick is not None:
                 self._start(job, n, d, off, now, pick, res, blocked, starts)
                 continue
+            failed.add(shape)
             if not self.backfill:
                 break  # the main scheduler: the first waiting job blocks the partition
             blocked = True
