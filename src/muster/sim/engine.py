@@ -223,6 +223,7 @@ class Simulator:
         self.nodeclass: NodeClassScheduler | GpuClassScheduler | None = None
         why = "a custom core" if core is not schedule else self._pooled_scope()
         self.gpu = cluster.total_gpus > 0
+        self.gpn = max((n.gpus for n in cluster.nodes), default=0)  # a trace job's node size
         self.skipped: list[tuple[TraceJob, str]] = []
         self.jobs: list[TraceJob] = []
         t0 = _time.perf_counter()
@@ -264,9 +265,7 @@ class Simulator:
 
     # ---- set-up -----------------------------------------------------------------------
     def _view(self, tj: TraceJob) -> JobView:
-        gpn = 0
-        if self.gpu and tj.gpus:
-            gpn = max(n.gpus for n in self.cluster.nodes)
+        gpn = self.gpn if tj.gpus else 0
         mem_kw: dict = {}
         if self.cluster.mem_simulated and tj.mem is not None:
             mem_kw["mem_per_node"] = max(1, tj.mem)
