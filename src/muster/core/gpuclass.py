@@ -243,7 +243,11 @@ class GpuClassScheduler(ClassScheduler):
     # ---- the pass ---------------------------------------------------------------------
     def schedule(self, now: int, queue: Sequence[JobView]) -> list[Start]:
         """The starts ``schedule()`` makes now for these pending jobs (every one admitted),
-        applied to this state. Afterwards :attr:`reservation` is the EASY reservation."""
+        applied to this state. Afterwards :attr:`reservation` is the EASY reservation.
+
+        The same walk as :meth:`NodeClassScheduler.schedule`, kept apart on purpose: one
+        loop over ``ClassScheduler`` steps (a shape tuple, more arguments per job) replayed
+        CTC on 430 nodes ~20 % slower in an interleaved A/B."""
         get, infos = self._info.get, []
         for j in queue:
             got = get(j.job_id)
