@@ -144,6 +144,15 @@ def run_sim(conf: str, jobs: list[TraceJob], policy: str,
     return {tj.job_id: (s, nodes) for tj, s, nodes in zip(res.jobs, res.start, res.nodes)}
 
 
+def _arrival(draw, t: int) -> tuple[int, int, int]:
+    """The next job's submit time after ``t``, its run time and its limit (seconds): exact,
+    rounded up a minute, doubled, too short, or an hour."""
+    t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
+    run = draw(st.integers(1, 900))
+    limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
+    return t, run, limit
+
+
 @st.composite
 def workloads(draw, max_jobs=14, pooled=False):
     """``pooled``: one node without GPUs (the incremental pooled scheduler's scope)."""
@@ -155,9 +164,7 @@ def workloads(draw, max_jobs=14, pooled=False):
     n = draw(st.integers(1, max_jobs))
     t, jobs = 0, []
     for i in range(1, n + 1):
-        t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
-        run = draw(st.integers(1, 900))
-        limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
+        t, run, limit = _arrival(draw, t)
         g = draw(st.sampled_from([0, 1, gpus, 2 * gpus])) if gpus else 0
         g = min(g, gpus * len(nodes))
         cpus = draw(st.integers(1, max_cpus))
@@ -178,9 +185,7 @@ def gpu_workloads(draw, max_jobs=40):
     n = draw(st.integers(1, max_jobs))
     t, jobs = 0, []
     for i in range(1, n + 1):
-        t += draw(st.sampled_from([0, 0, 1, 30, 60, 200]))
-        run = draw(st.integers(1, 900))
-        limit = draw(st.sampled_from([run, run + 59, 2 * run + 1, max(1, run // 2), 3600]))
+        t, run, limit = _arrival(draw, t)
         g = draw(st.sampled_from([1, 1, gpus // 2, gpus, gpus * draw(st.integers(1, count)),
                                   min(gpus + 1, gpus * count)]))  # the last: spread
         jobs.append(TraceJob(i, t, run, limit, 1, g, user=f"u{i % 3}"))

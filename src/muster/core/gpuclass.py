@@ -61,7 +61,7 @@ from .nodeclass import ClassScheduler
 from .placement import Allocation, NodeAlloc, Request
 from .schedule import Start
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
-from .timeline import gpu_mask
+from .timeline import gpu_mask, mask_gpus
 
 __all__ = ["GpuClassScheduler"]
 
@@ -101,9 +101,8 @@ def _spread(g: int, views: list[tuple[int, int, int]]) -> Pick | None:
         return None
     chosen = order[:i]
     rem = g - (got + chosen[-1][0])
-    fit = [(-e[0], -e[1], e[2]) for e in order[i - 1:] if -e[0] >= rem]
-    best = min(fit)
-    chosen[-1] = next(e for e in order[i - 1:] if e[2] == best[2])
+    chosen[-1] = min((e for e in order[i - 1:] if -e[0] >= rem),
+                     key=lambda e: (-e[0], -e[1], e[2]))
     if len(chosen) > g:
         return None
     # GPUs per node: one each, then in order of most free GPUs (then best fit) up to each cap
@@ -125,6 +124,11 @@ class _Resv:
 
     def __init__(self, job_id: int, T: int, R: dict[int, int], bc: dict[int, int]) -> None:
         self.job_id, self.T, self.R, self.bc = job_id, T, R, bc
+
+    @property
+    def nodes(self) -> list[int]:
+        """The reserved positions."""
+        return list(self.R)
 
 
 class GpuClassScheduler(ClassScheduler):
@@ -282,13 +286,6 @@ class GpuClassScheduler(ClassScheduler):
         self._res = res
         return starts
 
-    @property
-    def reservation(self) -> tuple[int, int, tuple[str, ...]] | None:
-        """The last pass's EASY reservation: (job, expected start, node names), or None."""
-        res = self._res
-        return None if res is None else (
-            res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.R)))
-
     def _fit(self, k: int, g: int, res: _Resv | None) -> Pick | None:
         """Where the job starts now: (position, the GPUs it takes there), or None. ``k``
         nodes of ``g`` GPUs: the ``k`` best with ``g`` GPUs and a CPU free for the job's
@@ -370,9 +367,8 @@ class GpuClassScheduler(ClassScheduler):
     def _new_share(self, pm: tuple[int, int]) -> NodeAlloc:
         """The (immutable) share of GPUs ``mask`` and one CPU of node ``p``, made once."""
         p, gm = pm
-        ids = tuple(i for i in range(gm.bit_length()) if gm >> i & 1)
         na = self._share[pm] = NodeAlloc(node=self.nodes[p].name, cpus=1, mem=self.ratio,
-                                         gpus=ids, tasks=1)
+                                         gpus=mask_gpus(gm), tasks=1)
         return na
 
     def _views_at(self, acc: dict[int, tuple[int, int]]) -> list[tuple[int, int, int]]:

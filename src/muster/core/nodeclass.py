@@ -203,6 +203,13 @@ class ClassScheduler:
             got = self._info[job.job_id]
         return got[1]
 
+    @property
+    def reservation(self) -> tuple[int, int, tuple[str, ...]] | None:
+        """The last pass's EASY reservation: (job, expected start, node names), or None."""
+        res = self._res
+        return None if res is None else (
+            res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.nodes)))
+
     def _ends(self, now: int) -> list[tuple[int, int]]:
         """The estimated ends as the timeline sees them: an end already past comes back at
         now + KillWait + OverTimeLimit (never, if that is not after now)."""
@@ -355,13 +362,6 @@ class NodeClassScheduler(ClassScheduler):
             res = self._reserve(now)
         self._res = res
         return starts
-
-    @property
-    def reservation(self) -> tuple[int, int, tuple[str, ...]] | None:
-        """The last pass's EASY reservation: (job, expected start, node names), or None."""
-        res = self._res
-        return None if res is None else (
-            res.job_id, res.T, tuple(self.nodes[p].name for p in sorted(res.nodes)))
 
     def _start(self, job: JobView, n: int, d: int, off: int, now: int, pick: Pick,
                res: _Resv | None, blocked: bool, starts: list[Start]) -> None:

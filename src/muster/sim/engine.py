@@ -67,9 +67,9 @@ from dataclasses import dataclass, field
 from muster.common import clock as clocks
 from muster.core import JobView, NodeView, SchedConfig, Snapshot, fits_ever, schedule
 from muster.core import priority as prio
-from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
 from muster.core.gpuclass import GpuClassScheduler
 from muster.core.nodeclass import NodeClassScheduler
+from muster.core.placement import NEVER_BAD_CONFIG, NEVER_NODE_COUNT, NEVER_REQ_NODES
 from muster.core.pooled import PooledScheduler
 from muster.core.snapshot import RunningView
 from muster.lifecycle import job as lifecycle
