@@ -179,7 +179,8 @@ def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
                                note=f"p99 {pct(loop, 0.99) * 1000:.1f} ms"))
     prep = [p["prepare_ms"] / 1000 for p in rest]
     if prep:
-        rows.append(common.row("    of which preparing (clock events + snapshot)",
+        rows.append(common.row("    of which preparing (clock events; the snapshot, or for a "
+                               "forked pass the views of changed jobs)",
                                common.stats(prep), None, "-", "-", None))
     starts = [p["starts_ms"] / 1000 for p in rest if "starts_ms" in p]
     if starts:  # the loop's longest single holds: what a request may wait behind
@@ -191,10 +192,16 @@ def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
                                     f"{pct(slices, 0.99) * 1000:.1f} ms"))
     pure = [p["pure_ms"] / 1000 for p in rest if p.get("pure_ms") is not None]
     if pure:  # forked passes: the child's own compute, without the fork and the plan's transfer
-        rows.append(common.row("  the core's own compute in the forked child",
+        rows.append(common.row("  the core's own compute in the forked child (snapshot included)",
                                common.stats(pure), None, "-", "-", None,
                                note=f"first pass {first.get('pure_ms') or 0:.1f} ms; "
                                     f"p99 {pct(pure, 0.99) * 1000:.1f} ms"))
+        made = [p["snap_ms"] / 1000 for p in rest
+                if p.get("pure_ms") is not None and p.get("snap_ms")]
+        if made:
+            rows.append(common.row("    of which making the snapshot, in the child",
+                                   common.stats(made), None, "-", "-", None,
+                                   note=f"first pass {first.get('snap_ms') or 0:.1f} ms"))
     info = {"passes": len(passes), "starts": sum(p["starts"] for p in passes),
             "discarded": sum(1 for p in passes if p.get("discarded"))}
     return rows, info

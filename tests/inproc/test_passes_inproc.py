@@ -126,6 +126,39 @@ def test_a_forked_pass_makes_the_plan_the_core_makes_here(ip):
     assert passes.log[-1]["worker"] == "fork" and passes.log[-1]["starts"] == 2
 
 
+def test_a_forked_pass_makes_its_snapshot_in_the_child(ip):
+    """Handed off, the pass's snapshot is made in the child from the state at the fork: its
+    plan, the shell's reasons and the depth are those of the snapshot made here; the loop
+    made only the views of the jobs that changed (not of a held one)."""
+    jobs = [ip.submit(ntasks=n) for n in (4, 2, 2, 4, 1, 3)]
+    held = ip.submit(ntasks=1, hold=True)
+    state, passes = ip.ctl.state, ip.ctl.passes
+    assert {*jobs, held} <= state.unviewed
+    prep = passes.prepare(snapshot=False)
+    assert prep.snap is None and prep.shell_reasons is None
+    assert not state.unviewed  # all warmed within WARM_S: six views
+    assert set(jobs) <= set(state.view_cache) and held not in state.view_cache
+    here, shell_here = passes_mod.build_snapshot(state, prep.t)
+    plan, core_s = asyncio.run(passes._forked(prep))
+    assert plan == schedule(here, prep.sched_cfg) and core_s > 0
+    assert prep.shell_reasons == shell_here == {held: "JobHeldUser"}
+    assert prep.depth == len(here.pending) == len(jobs) and prep.snap_s > 0
+    _all_reaped(passes)
+
+
+def test_warming_stops_after_its_share_of_the_loop(ip, monkeypatch):
+    """At most WARM_S of a pass goes to making views; the rest wait in ``unviewed`` (the
+    child makes what it lacks) and are made by the next passes."""
+    jobs = [ip.submit(ntasks=1) for _ in range(200)]
+    state, passes = ip.ctl.state, ip.ctl.passes
+    monkeypatch.setattr(passes_mod, "WARM_S", -1.0)  # spent at once: one batch of 64
+    passes.prepare(snapshot=False)
+    assert len(state.unviewed) == len(jobs) - 64
+    monkeypatch.setattr(passes_mod, "WARM_S", 60.0)
+    passes.prepare(snapshot=False)
+    assert not state.unviewed and set(jobs) <= set(state.view_cache)
+
+
 def test_a_failing_forked_pass_is_logged_and_computed_in_the_thread(ip, monkeypatch, caplog):
     a = ip.submit(ntasks=4)
     passes = ip.ctl.passes

@@ -136,11 +136,10 @@ def test_rpcs_are_counted_by_type_and_user_and_unknown_ops_stay_bounded():
 def test_cycles_and_reset():
     d = _diag()
     start = SimpleNamespace(scheduler="Backfill")
-    snap = SimpleNamespace(pending=(1, 2, 3))
     plan = SimpleNamespace(starts=(start, SimpleNamespace(scheduler="Main")), priorities={},
                            expected_start={})
-    d.cycle(0.001, snap, plan, True, 100)
-    d.cycle(0.003, SimpleNamespace(pending=(1,)), plan, False, 101)
+    d.cycle(0.001, 3, plan, True, 100)
+    d.cycle(0.003, 1, plan, False, 101)
     assert d.main == [3000, 3000, 2, 4000, 4, 1]
     assert d.bf[:4] == [1, 1, 100, 1000] and d.bf_since_start == 1
     d.jobs["submitted"] = 5

@@ -196,7 +196,7 @@ def sacctmgr(ctl, msg, uid, gid):
             out = _delete(ctl, entity, names, where)
         else:
             raise _bad(f"Invalid action: {action}")
-    ctl.state.view_cache.clear()
+    ctl.state.drop_views()
     ctl.request_schedule()
     return out
 

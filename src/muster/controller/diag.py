@@ -172,10 +172,9 @@ class Diag:
         if tj.isEnabledFor(logging.DEBUG):
             tj.debug("TraceJobs: job %d %s -> %s", job.job_id, before, after)
 
-    def cycle(self, seconds: float, snap, plan, backfill: bool, t: int) -> None:
-        """One scheduling pass: ``snap`` is what it looked at, ``plan`` what it decided."""
+    def cycle(self, seconds: float, depth: int, plan, backfill: bool, t: int) -> None:
+        """One scheduling pass: ``depth`` pending jobs looked at, ``plan`` what it decided."""
         us = int(seconds * 1e6)
-        depth = len(snap.pending)
         m = self.main
         m[0] = us
         m[1] = max(m[1], us)

@@ -1,9 +1,9 @@
 """Scheduling passes off the request path: the pure part of a pass runs in a forked worker.
 
-A pass has three parts. ``prepare`` (the clock's events, then the snapshot: a pure read) and
-``finish`` (the plan applied in one commit, preemptions) touch the controller's state and run
-on the event loop; ``schedule(snapshot, cfg)`` is pure and runs in a child forked for the
-pass, so the loop answers requests meanwhile, on its own core. One pass at a time: the next
+A pass has three parts. ``prepare`` (the clock's events) and ``finish`` (the plan applied in
+one commit, preemptions) change the controller's state and run on the event loop; the
+snapshot (a pure read of the state) and ``schedule(snapshot, cfg)`` (pure) run in a child
+forked for the pass, so the loop answers requests meanwhile, on its own core. One pass at a time: the next
 is prepared only after the last one's plan was applied. The rare synchronous pass
 (``srun --immediate`` calls ``Controller.schedule_once`` from a handler) runs on the loop.
 
@@ -13,9 +13,14 @@ fork takes ~3 ms at 110 MiB), computes without sharing the GIL with the loop (a 
 took 3-5x its pure time while requests were served, and made every request slower while it
 ran), and sends back only the plan, pickled (~100 KB for 10,000 pending jobs: ~3 ms to load).
 The plan is the one ``schedule()`` makes in this process: the same function on the same
-snapshot (a test compares them). What the core memoises across passes (each job's normalised
-request, ``placement.request_of``) is filled on the loop as jobs' views are made, so each
-child inherits it. The child resets the signal handlers and the loop's wake-up fd, so a signal
+snapshot (a test compares them). The child makes the snapshot from the state as it was at
+the fork — the instant ``prepare`` ended: nothing runs on the loop in between — so the loop
+no longer holds requests while 10,000 pending jobs are listed (~25 ms a pass, ~140 ms for the
+first after a release of 10,000, on 1,024 nodes). What the snapshot reuses across passes (each
+job's view, ``scheduling.cached_view``, and the core's normalised request,
+``placement.request_of``) is made on the loop for the jobs that changed since the last pass,
+at most ``WARM_S`` of it a pass (the rest by the next ones; the child makes what is missing),
+so each child inherits it. The child resets the signal handlers and the loop's wake-up fd, so a signal
 sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to answer (then
 it is killed). A child that fails, or a fork that fails, falls back to the thread for that
 pass (logged). A pass whose predecessor computed in under ``SMALL_PASS_S`` (a small queue)
@@ -55,12 +60,14 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Any
 
 from muster.controller.scheduling import (advance, apply_plan, apply_reasons, build_snapshot,
-                                          merged_reasons)
+                                          cached_view, merged_reasons)
 from muster.controller.state import now
 from muster.core import schedule
 from muster.core.placement import request_of
+from muster.model.job import PENDING
 
 log = logging.getLogger("musterctld")
 
@@ -80,19 +87,32 @@ START_SLICE = 16  # starts applied per commit between requests (~0.6 ms each on 
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
 CHILD_LIMIT_S = 120  # a forked pass that has not answered by then is killed (SIGALRM)
 SMALL_PASS_S = 0.004  # a pass whose predecessor computed in less is computed on the loop
+WARM_S = 0.003  # the loop's time per pass for views of changed jobs (PassRunner._warm)
 
 
 @dataclass(slots=True)
 class Prepared:
     """What one pass looked at: the snapshot, the shell's reasons, and the configuration it
-    was built from (a different one at apply time makes the plan stale)."""
+    was built from (a different one at apply time makes the plan stale). ``snap`` and
+    ``shell_reasons`` are None until made: a forked pass makes them in the child (from the
+    state as it was at the fork, which is this instant: nothing runs on the loop between
+    preparing and forking) and sends back the reasons and the depth with its plan."""
 
     t: int
-    snap: object
-    shell_reasons: dict
+    snap: object | None
+    shell_reasons: dict | None
     cfg: object
     sched_cfg: object
     loop_s: float  # time spent preparing, on the loop
+    depth: int = 0  # pending jobs in the snapshot
+    snap_s: float = 0.0  # time spent making the snapshot (on the loop, or in the child)
+
+    def fill(self, state) -> None:
+        """Make the snapshot here (the thread's fallback after a failed child, tests)."""
+        t0 = time.perf_counter()
+        snap, self.shell_reasons = build_snapshot(state, self.t)
+        self.snap, self.depth = snap, len(snap.pending)
+        self.snap_s = time.perf_counter() - t0
 
 
 class PassRunner:
@@ -124,20 +144,48 @@ class PassRunner:
             self.stale = True
 
     # ---- a pass -----------------------------------------------------------------------------
-    def prepare(self) -> Prepared:
+    def prepare(self, *, snapshot: bool = True) -> Prepared:
+        """The clock's events, then the snapshot (``snapshot``) or, for a pass the child
+        will snapshot, only the warming of the views it will read (:meth:`_warm`)."""
         t0 = time.perf_counter()
         ctl = self.ctl
         t = now()
         advance(ctl.state, t)  # the clock's events (dependencies, reservations), committed
-        snap, shell_reasons = build_snapshot(ctl.state, t)  # a pure read
-        if self.mode == "fork":
-            # the core's per-job memo, filled here (a lookup for a job seen before) so that
-            # every forked pass inherits it instead of normalising every pending job again
-            cfg = ctl.sched_cfg
-            for view in snap.pending:
-                request_of(view, cfg)
-        return Prepared(t, snap, shell_reasons, ctl.state.cfg, ctl.sched_cfg,
-                        time.perf_counter() - t0)
+        prep = Prepared(t, None, None, ctl.state.cfg, ctl.sched_cfg, 0.0)
+        if snapshot:
+            prep.fill(ctl.state)  # a pure read
+        else:
+            self._warm()
+        prep.loop_s = time.perf_counter() - t0
+        return prep
+
+    def _warm(self) -> None:
+        """Make the views (and the core's normalised requests) of jobs that changed since
+        the last pass, for at most WARM_S of the loop: a forked pass inherits them, so the
+        child builds only the rest, and each view once in the parent serves every later
+        child. The rest wait for the next passes (the child makes its own meanwhile)."""
+        state = self.ctl.state
+        todo = state.unviewed
+        if not todo:
+            return
+        cfg = self.ctl.sched_cfg
+        jobs = state.jobs
+        end = time.perf_counter() + WARM_S
+        n = 0
+        while todo:
+            j = jobs.get(todo.pop())
+            if j is not None and j.state == PENDING and not j.hold:
+                request_of(cached_view(state, j), cfg)
+            n += 1
+            if not n % 64 and time.perf_counter() > end:
+                break
+
+    async def _warm_meanwhile(self) -> None:
+        """While a child computes, the views it lacked are made here, a WARM_S slice at a
+        time between requests: the next child inherits them (the loop is otherwise idle)."""
+        while self.ctl.state.unviewed:
+            await asyncio.sleep(0)
+            self._warm()
 
     def compute(self, prep: Prepared):
         """The pure part: any thread. Returns (plan, seconds)."""
@@ -161,7 +209,9 @@ class PassRunner:
         if not self.worker:
             self.run_sync()
             return
-        prep = self.prepare()
+        # a pass handed to a child is snapshotted there: the loop only warms the views
+        local = self.last_core_s < SMALL_PASS_S
+        prep = self.prepare(snapshot=local or self.mode != "fork")
         state = self.ctl.state
         changed: set[int] = set()
         state.pass_changes = changed
@@ -170,19 +220,25 @@ class PassRunner:
             self.pure_s = None
             self.used = self.mode
             t0 = time.perf_counter()
-            if self.last_core_s < SMALL_PASS_S:
+            if local:
                 # the last pass cost less than handing one off: this one is computed here,
                 # at once (a small queue's pass is ~1 ms; a fork and its plan's transfer,
                 # ~3-5 ms of the loop and a process). It decides what the worker would.
                 got, self.used = self.compute(prep), "loop"
             elif self.mode == "fork":
-                got = await self._forked(prep)
+                warming = asyncio.ensure_future(self._warm_meanwhile())
+                try:
+                    got = await self._forked(prep)
+                finally:
+                    warming.cancel()
                 if got is not None:  # the core's time: from the fork to the plan loaded here
                     self.pure_s = got[1]
                     got = (got[0], time.perf_counter() - t0)
             else:
                 got = None
             if got is None:
+                if prep.snap is None:  # the child failed before its snapshot came back
+                    prep.fill(state)
                 got, self.used = await self._threaded(prep), "thread"
             plan, core_s = got
             self.last_core_s = core_s if self.pure_s is None else self.pure_s
@@ -218,7 +274,7 @@ class PassRunner:
             log.warning("scheduling pass: fork failed (%s); computing in a thread", e)
             return None
         if pid == 0:  # the child: never returns
-            _child_pass(prep, r, w, old_mask)
+            _child_pass(prep, self.ctl.state, r, w, old_mask)
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         os.close(w)
         self._children.add(pid)
@@ -227,12 +283,17 @@ class PassRunner:
         finally:
             os.close(r)
             self._reap()
+        status: str
+        payload: Any
         try:
             status, payload = pickle.loads(data) if data else ("error", "no answer")
         except Exception as e:  # noqa: BLE001 - a truncated or garbled answer
             status, payload = "error", f"unreadable answer ({e})"
         if status == "ok":
-            return payload
+            plan, core_s, made = payload
+            if made is not None:  # the child made the snapshot: its reasons, depth, time
+                prep.shell_reasons, prep.depth, prep.snap_s = made
+            return plan, core_s
         log.error("scheduling pass: the forked worker failed, computing in a thread: %s",
                   payload)
         return None
@@ -330,13 +391,16 @@ class PassRunner:
         ctl.stats["cycles"] += 1
         ctl.stats["starts"] += len(started)
         ctl.stats["last_cycle_ms"] = total_s * 1000
-        ctl.diag.cycle(total_s, prep.snap, plan, prep.sched_cfg.backfill, prep.t)  # type: ignore[attr-defined]
+        ctl.diag.cycle(total_s, prep.depth, plan, prep.sched_cfg.backfill, prep.t)  # type: ignore[attr-defined]
         self.seq += 1
-        self.log.append({"seq": self.seq, "t": prep.t, "depth": len(prep.snap.pending),  # type: ignore[attr-defined]
+        self.log.append({"seq": self.seq, "t": prep.t, "depth": prep.depth,
                          "planned": len(plan.starts), "starts": len(started),
                          "total_ms": round(total_s * 1000, 3),
                          "core_ms": round(core_s * 1000, 3), "loop_ms": round(loop_s * 1000, 3),
                          "prepare_ms": round(prep.loop_s * 1000, 3),
+                         # making the snapshot: on the loop (part of prepare_ms) or, for a
+                         # forked pass, in the child (part of pure_ms)
+                         "snap_ms": round(prep.snap_s * 1000, 3),
                          # the loop held at once: preparing, one slice of starts, one slice
                          # of reasons (what a request arriving then waits for at most)
                          "starts_ms": round((apply_s if holds is None else holds[0]) * 1000, 3),
@@ -352,13 +416,15 @@ _CHILD_RESETS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD)
 _MAX_FD = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
 
 
-def _child_pass(prep: Prepared, r: int, w: int, mask) -> None:
-    """The forked pass: compute the plan on the inherited snapshot, write it pickled to
-    ``w`` as ("ok", (plan, seconds)) or ("error", traceback), exit. Nothing of the
-    controller's runs here: no handler, no store, no logging; ``os._exit`` skips every
-    finaliser. Every inherited descriptor but ``w`` and the standard ones is closed first:
-    the listening sockets (a controller restarted meanwhile binds its ports at once), the
-    agents' and clients' connections (a peer sees the controller's end when it ends), the
+def _child_pass(prep: Prepared, state, r: int, w: int, mask) -> None:
+    """The forked pass: make the snapshot of the inherited ``state`` unless ``prep`` has one,
+    compute the plan, write it pickled to ``w`` as ("ok", (plan, seconds, made)) — ``made``:
+    (the shell's reasons, depth, seconds making the snapshot) when made here, else None — or
+    ("error", traceback), exit. Nothing of the controller's runs here: no handler, no store
+    (the snapshot is a pure read of the state in memory), no logging; ``os._exit`` skips
+    every finaliser. Every inherited descriptor but ``w`` and the standard ones is closed
+    first: the listening sockets (a controller restarted meanwhile binds its ports at once),
+    the agents' and clients' connections (a peer sees the controller's end when it ends), the
     store's connection."""
     code = 1
     try:
@@ -372,8 +438,12 @@ def _child_pass(prep: Prepared, r: int, w: int, mask) -> None:
         os.closerange(w + 1, _MAX_FD)
         try:
             t0 = time.perf_counter()
+            made = None
+            if prep.snap is None:
+                prep.fill(state)
+                made = (prep.shell_reasons, prep.depth, prep.snap_s)
             plan = schedule(prep.snap, prep.sched_cfg)  # type: ignore[arg-type]
-            out: tuple = ("ok", (plan, time.perf_counter() - t0))
+            out: tuple = ("ok", (plan, time.perf_counter() - t0, made))
         except BaseException:  # noqa: BLE001 - reported to the parent, which logs it
             out = ("error", traceback.format_exc(limit=30))
         view = memoryview(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))

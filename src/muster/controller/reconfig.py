@@ -50,7 +50,7 @@ def apply_settings(ctl, cfg) -> None:
     st.cfg = cfg
     st.__dict__.pop("_sched_cfg", None)  # muster.controller.scheduling.sched_config_of's cache
     st.empty_views = {}  # FitChecker's empty partition views
-    st.view_cache.clear()  # scheduling views of jobs (their requests read the config)
+    st.drop_views()  # scheduling views of jobs (their requests read the config)
     ctl.sched_cfg = sched_config_of(st)
     ctl.operators = set(cfg.operators or ())
     ctl._limited_cache = {}  # who is an operator may have changed

@@ -94,6 +94,9 @@ class ClusterState:
         self.ctl = None  # the Controller sets itself here (preemption kills/requeues through it)
         self.next_id = cfg.first_job_id
         self.view_cache: dict = {}  # job id -> scheduling view (muster.controller.scheduling)
+        # jobs whose view was dropped since a pass last warmed the cache (PassRunner.prepare:
+        # a forked pass builds its snapshot in the child, from the views made here)
+        self.unviewed: set[int] = set()
         # job id -> squeue --json record (muster.controller.jobjson)
         self.records = RecordCache(cfg.cluster_name)
         # jobs changed while a scheduling pass is in flight (muster.controller.passes): its
@@ -127,6 +130,12 @@ class ClusterState:
         self.store.set_meta("next_job_id", str(self.next_id))
         return jid
 
+    def drop_views(self) -> None:
+        """Forget every job's scheduling view (what they read changed: the configuration,
+        accounts, QOS, associations); the next passes make them again."""
+        self.view_cache.clear()
+        self.unviewed.update(self.jobs)
+
     def save(self, job: Job, *, keep_view: bool = False) -> None:
         """Persist a changed job. Every change of a job goes through here, so this is also
         where derived caches of it are dropped, and where --mail-type events are noticed
@@ -141,6 +150,7 @@ class ClusterState:
         whose priorities move every pass, dropping them rebuilt every view."""
         if not keep_view:
             self.view_cache.pop(job.job_id, None)
+            self.unviewed.add(job.job_id)
         self.records.drop(job.job_id)
         if self.pass_changes is not None:
             self.pass_changes.add(job.job_id)
