@@ -95,7 +95,7 @@ class WheelInstall:
         return self
 
     def __exit__(self, *exc) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        common.remove_at_exit(self.dir)  # thousands of files: not before the next benchmark
 
 
 def measure(target, rounds: int, python: str | None = None) -> dict[str, list[float]]:
