@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from muster.core import JobView, NodeView, PartitionView, RunningView, SchedConfig, Snapshot
 from muster.core.gpuclass import GpuClassScheduler
-from muster.core.placement import NodeAlloc
+from muster.core.placement import NodeAlloc, fits_ever
 from muster.core.schedule import schedule
 
 
@@ -76,6 +76,7 @@ def test_gpuclass_equals_schedule(h):
 def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
     rng = random.Random(seed)
     free = [(cpn, set(range(gpn))) for _ in range(k)]
+    empty = _nodes(k, cpn, gpn, ratio, list(free))
     part = PartitionView(name="p", node_names=tuple(f"n{i}" for i in range(k)),
                          max_time=max_time)
     core = GpuClassScheduler(_nodes(k, cpn, gpn, ratio, free), part, cfg)
@@ -96,6 +97,8 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
             job = _job(rng, jid, now, k, gpn, ratio, max_time)
             why = core.admit(job)
             assert why is None or "more nodes" in why or "more GPUs" in why, why
+            # the simulator screens an admitted job without placement: it fits empty nodes
+            assert (fits_ever(job, empty, cfg, already_empty=True) is None) == (why is None)
             if why is None:
                 pending[jid] = job
         offered = tuple(pending.values())

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from muster.core import JobView, NodeView, PartitionView, RunningView, SchedConfig, Snapshot
 from muster.core.nodeclass import NodeClassScheduler
-from muster.core.placement import NodeAlloc
+from muster.core.placement import NodeAlloc, fits_ever
 from muster.core.schedule import schedule
 
 
@@ -72,13 +72,14 @@ def test_nodeclass_equals_schedule_on_one_cpu_nodes(h, k):
 def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
     rng = random.Random(seed)
     free = [cpn] * k
+    empty = _nodes(k, cpn, ratio, list(free))
     part = PartitionView(name="p", node_names=tuple(f"n{i}" for i in range(k)),
                          max_time=max_time)
     core = NodeClassScheduler(_nodes(k, cpn, ratio, free), part, cfg)
     pending: dict[int, JobView] = {}
     running: dict[int, tuple[RunningView, int]] = {}  # job → (view, when it really ends)
     now, jid = 0, 0
-    starts_seen = reserved_seen = spread = backfilled = 0
+    starts_seen = reserved_seen = spread = backfilled = kept = 0
     for _ in range(steps):
         now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
         for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
@@ -90,6 +91,8 @@ def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
             jid += 1
             job = _job(rng, jid, now, k * cpn, cpn, ratio, max_time)
             if core.admit(job) is None:
+                # the simulator screens an admitted job without placement: it fits empty nodes
+                assert fits_ever(job, empty, cfg, already_empty=True) is None
                 pending[jid] = job
         offered = tuple(pending.values())
         if offered and rng.random() < 0.2:  # a pruned queue, as the simulator may offer
@@ -97,7 +100,9 @@ def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
         snap = Snapshot(now=now, nodes=_nodes(k, cpn, ratio, free), partitions=(part,),
                         pending=offered, running=tuple(v for v, _ in running.values()))
         want = schedule(snap, cfg)
+        before = core._kept
         got = core.schedule(now, offered)
+        kept += before is not None and core._res is before[3]  # reused: nothing changed
         assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
             [(s.job_id, s.allocation, s.scheduler) for s in want.starts], (now, snap)
         want_res = {(j, want.expected_start[j], tuple(sorted(
@@ -123,6 +128,7 @@ def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
     event(f"reservations: {'some' if reserved_seen else 'none'}")
     event(f"starts over several nodes: {'some' if spread else 'none'}")
     event(f"backfill starts: {'some' if backfilled else 'none'}")
+    event(f"a reservation kept from the last pass: {'some' if kept else 'none'}")
 
 
 def test_reservation_and_backfill_on_nodes():

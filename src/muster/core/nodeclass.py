@@ -224,7 +224,7 @@ class NodeClassScheduler(ClassScheduler):
     """State: free CPUs per node and the nodes grouped by it, the running jobs' estimated
     ends; a pass walks the jobs it is given in queue order (module doc)."""
 
-    __slots__ = ("cpn", "ratio", "free", "byfree", "total")
+    __slots__ = ("cpn", "ratio", "free", "byfree", "total", "_ver", "_kept")
     running: dict[int, tuple[int, Pick, list[int]]]  # job → (estimated end, CPUs, positions)
     _info: dict[int, tuple[JobView, Info]]
     _res: _Resv | None
@@ -243,6 +243,9 @@ class NodeClassScheduler(ClassScheduler):
             if c:
                 self.byfree[c].append(p)
         self.total = sum(self.free)
+        self._ver = 0  # bumped by every change of the free CPUs (every start and end)
+        # the last reservation made, while nothing changed since: (version, job, CPUs, it)
+        self._kept: tuple[int, int, int, _Resv] | None = None
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -273,6 +276,7 @@ class NodeClassScheduler(ClassScheduler):
     def _take(self, p: int, x: int) -> None:
         """Node ``p`` gives (x > 0) or gets back (x < 0) ``x`` CPUs: move it between classes.
         Class 0 is not kept: nothing reads the nodes without a free CPU."""
+        self._ver += 1
         old = self.free[p]
         new = self.free[p] = old - x
         if old:
@@ -286,6 +290,7 @@ class NodeClassScheduler(ClassScheduler):
         """:meth:`_take` of one CPU on each one-CPU node of ``ps``, or back: in one pass over
         the class of free nodes instead of one shift per node (a spread takes the lowest
         free nodes: a prefix of the class)."""
+        self._ver += 1
         cls, free = self.byfree[1], self.free
         if back:
             cls += ps
@@ -476,8 +481,23 @@ class NodeClassScheduler(ClassScheduler):
         """The reservation of the waiting job noted in ``_wait`` (backfill's earliest start
         on the profile with this pass's starts carved), or None when it has none in reach."""
         assert self._wait is not None
-        jid, n, d = self._wait
+        jid, n, _d = self._wait
         self._wait = None
+        # Between two passes that changed nothing (an arrival that did not start), the same
+        # waiting job gets the same reservation: the same free CPUs, running jobs and ends
+        # (none past: the walk reads the ends as they are), and its start was within the
+        # earlier, nearer horizon. The kept one is unchanged too: a start that would have
+        # changed it takes CPUs, which bumps the version.
+        kept = self._kept
+        if kept is not None and kept[0] == self._ver and kept[1] == jid and kept[2] == n \
+                and (not self.releases or self.releases[0][0] > now):
+            return kept[3]
+        res = self._reservation(now, jid, n)
+        self._kept = None if res is None else (self._ver, jid, n, res)
+        return res
+
+    def _reservation(self, now: int, jid: int, n: int) -> _Resv | None:
+        """:meth:`_reserve`'s walk of the estimated ends."""
         # the start T is the first breakpoint where the job fits: the profile (this pass's
         # starts carved) does not decrease after it, so the window rounded up to
         # bf_resolution that backfill reserves fits from T as well

@@ -232,11 +232,14 @@ class Simulator:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            self._screen(jobs)
+            outside = self._screen(jobs)
             # set by _pooled_scope when it found no reason against it
-            pooler = self.pooled or self.nodeclass
-            if why is None and pooled is not False and pooler is not None:
-                why = next((w for v in self.views.values() if (w := pooler.admit(v))), None)
+            if why is None and pooled is not False:
+                if self.pooled is not None:
+                    why = next((w for v in self.views.values() if (w := self.pooled.admit(v))),
+                               None)
+                elif self.nodeclass is not None:
+                    why = outside  # _screen offered every job to it
         finally:
             if collecting:
                 gc.enable()
@@ -290,15 +293,30 @@ class Simulator:
             return JobView(ntasks=max(1, tj.cpus), gpus_total=tj.gpus, **common)
         return JobView(ntasks=tj.cpus, **common)
 
-    def _screen(self, jobs: Sequence[TraceJob]) -> None:
+    def _screen(self, jobs: Sequence[TraceJob]) -> str | None:
         """Keep the jobs that fit the empty nodes of some partition within its MaxTime;
-        report the others (the core's fits_ever; the first partition's reason)."""
+        report the others (the core's fits_ever; the first partition's reason). With a
+        node-class scheduler, each job is offered to it first: one it admits fits its
+        partition's empty nodes (its scope checks the shape against the partition's size),
+        so only MaxTime is left to check. Returns why a kept job is outside that
+        scheduler's scope (the first such job), or None."""
         parts = [(pv, [n for n in self.cluster.nodes if pv.name in n.partitions])
                  for pv in self.cluster.partitions]
         cache: dict[tuple, str | None] = {}
         self.views: dict[int, JobView] = {}
+        classes = self.nodeclass
+        max_time = self.cluster.partitions[0].max_time if classes is not None else None
+        outside: str | None = None
         for tj in jobs:
             v = self._view(tj)
+            scope_why = None
+            if classes is not None:
+                scope_why = classes.admit(v)
+                if scope_why is None and (v.time_limit is None or max_time is None
+                                          or v.time_limit <= max_time):
+                    self.jobs.append(tj)
+                    self.views[tj.job_id] = v
+                    continue
             shape = (tj.cpus, tj.gpus, tj.mem, tj.gpu_type)
             first: str | None = None
             why: str | None = None
@@ -321,6 +339,8 @@ class Simulator:
                 continue
             self.jobs.append(tj)
             self.views[tj.job_id] = v
+            outside = outside or scope_why
+        return outside
 
     # ---- the run ----------------------------------------------------------------------
     def run(self) -> SimResult:
