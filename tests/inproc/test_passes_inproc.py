@@ -146,6 +146,17 @@ def test_a_forked_pass_makes_its_snapshot_in_the_child(ip):
     _all_reaped(passes)
 
 
+def test_a_snapshot_made_on_the_loop_leaves_nothing_to_warm(ip):
+    """A pass whose snapshot is made here (a small queue's, the thread's, the inline one's)
+    made the views of every job it lists: the changed jobs are forgotten, so they never
+    pile up where no child is forked."""
+    jobs = [ip.submit(ntasks=1) for _ in range(3)]
+    state = ip.ctl.state
+    assert set(jobs) <= state.unviewed
+    ip.ctl.passes.prepare()
+    assert not state.unviewed and set(jobs) <= set(state.view_cache)
+
+
 def test_warming_stops_after_its_share_of_the_loop(ip, monkeypatch):
     """At most WARM_S of a pass goes to making views; the rest wait in ``unviewed`` (the
     child makes what it lacks) and are made by the next passes."""

@@ -154,6 +154,7 @@ class PassRunner:
         prep = Prepared(t, None, None, ctl.state.cfg, ctl.sched_cfg, 0.0)
         if snapshot:
             prep.fill(ctl.state)  # a pure read
+            ctl.state.unviewed.clear()  # every job it lists has its view now
         else:
             self._warm()
         prep.loop_s = time.perf_counter() - t0
