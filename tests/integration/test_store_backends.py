@@ -8,9 +8,11 @@ import contextlib
 import io
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -417,3 +419,30 @@ def test_request_replies_are_capped_per_user(kind, make_url):
     assert st.recall_request(2000, "other") == {"ok": True}
     assert st.recall_request(2000, "old") is None  # expired
     st.close()
+
+
+def test_sqlite_commits_never_checkpoint_a_thread_does(tmp_path):
+    """SQLite's automatic checkpoint (an fsync of the database file inside a COMMIT, on the
+    controller's loop) is off; a thread of the store's own copies the WAL into the database
+    file after commits, and the WAL then restarts at its beginning instead of growing."""
+    path = str(tmp_path / "ck.db")
+
+    def in_file() -> int:  # jobs in the database file alone (immutable=1 reads no WAL)
+        with contextlib.closing(sqlite3.connect(f"file:{path}?immutable=1", uri=True)) as db:
+            return db.execute("SELECT count(*) FROM jobs").fetchone()[0]
+    st = sqlite.SqliteStore(path)
+    try:
+        assert st._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+        for j in range(1, 3001):  # thousands of WAL pages: three automatic checkpoints' worth
+            st.put_job(_job(j, uid=1000 + j))
+        deadline = time.monotonic() + 30
+        while (n := in_file()) < 3000:
+            assert time.monotonic() < deadline, f"only {n} jobs reached the database file"
+            time.sleep(0.05)
+        assert st._checkpointer is not None and st._checkpointer.runs >= 1
+        wal = os.path.getsize(path + "-wal")
+        st.put_job(_job(3001))  # everything was copied: this commit restarts the WAL
+        assert os.path.getsize(path + "-wal") <= wal
+    finally:
+        st.close()
+    assert st._checkpointer is None and in_file() == 3001  # the last close checkpoints

@@ -10,6 +10,13 @@ The controller calls the store from its event-loop thread only; statements are s
 under a millisecond), and several changes of one scheduling pass go into one transaction
 (``with store.transaction():``).
 
+Checkpoints (copying the WAL's committed pages into the database file) run in a thread of
+their own (:class:`_Checkpointer`), never in a commit: SQLite's automatic checkpoint runs
+inside the COMMIT that crosses ``wal_autocheckpoint`` pages and fsyncs the database file,
+which held the committing thread — the controller's event loop — ~13 ms on an idle disk and
+more on a busy one (measured: 6,000 commits of three job rows, p99.9 13 ms and 0.96 s of
+commits in all with it, p99.9 0.4 ms and 0.4 s without).
+
 Schema (numbered migrations in ``MIGRATIONS``):
   meta(key, value)                     next job id, schema version
   jobs(job_id, state, uid, end_time, record)  one row per job (record = JSON of Job.to_store)
@@ -38,6 +45,7 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import threading
 import time
 
 from muster.store.base import TABLES, SqlStore, StoreInUse, quoted, too_new
@@ -90,6 +98,49 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 
+CHECKPOINT_S = 0.5  # a WAL that grew is checkpointed at most this often
+
+
+class _Checkpointer:
+    """Checkpoints one database's WAL from a daemon thread with its own connection, after
+    commits (``dirty``), at most every CHECKPOINT_S. ``PRAGMA wal_checkpoint(PASSIVE)`` waits
+    for no reader or writer: it copies what it can, and the WAL restarts from its beginning
+    at the first write after a checkpoint that copied everything (so it stays small). The
+    thread runs SQLite's I/O without the GIL. ``runs``: checkpoints made (tests)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.dirty = threading.Event()
+        self._stop = threading.Event()
+        self.runs = 0
+        self._thread = threading.Thread(target=self._serve, name="sqlite-checkpoint",
+                                         daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        db = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            while True:
+                self.dirty.wait()
+                if self._stop.is_set():
+                    return
+                self.dirty.clear()
+                try:
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except sqlite3.Error:
+                    pass  # the next one copies what this one could not
+                self.runs += 1
+                if self._stop.wait(CHECKPOINT_S):
+                    return
+        finally:
+            db.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.dirty.set()
+        self._thread.join(10)
+
+
 class SqliteStore(SqlStore):
     """The embedded backend (``muster up``'s default): one file, WAL mode."""
 
@@ -106,6 +157,9 @@ class SqliteStore(SqlStore):
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=" + os.environ.get("MUSTER_SYNC", "NORMAL"))
         self._db.execute("PRAGMA foreign_keys=OFF")
+        self._checkpointer: _Checkpointer | None = None  # started by the first commit
+        if path != ":memory:":
+            self._db.execute("PRAGMA wal_autocheckpoint=0")  # (module doc: Checkpoints)
         self._depth = 0
         self._lock_fd: int | None = None
         self.on_commit = None  # callback(seconds) for the commit-latency metric
@@ -193,6 +247,11 @@ class SqliteStore(SqlStore):
             self._db.execute("COMMIT")
             if self.on_commit is not None:
                 self.on_commit(time.perf_counter() - t0)
+            if self._checkpointer is not None:
+                self._checkpointer.dirty.set()
+            elif self.path != ":memory:":
+                self._checkpointer = _Checkpointer(self.path)
+                self._checkpointer.dirty.set()
 
     @contextlib.contextmanager
     def snapshot(self):
@@ -221,6 +280,9 @@ class SqliteStore(SqlStore):
         self._write(_UPSERT[table], values)
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.stop()  # first: the last connection closed checkpoints
+            self._checkpointer = None
         self._db.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
