@@ -153,6 +153,22 @@ def _lat_rows(idle: dict, busy: dict) -> list[dict]:
     return rows
 
 
+def _lag_rows(w: dict) -> list[dict]:
+    """The controller's event-loop lag (diag ``loop_lag``: how late it woke a 5 ms timer)
+    over the last 20 s of each phase: what a request waits for the loop, apart from the CPU."""
+    rows = []
+    for name, key in (("while idle", "lag_idle"), ("during scheduling", "lag_busy")):
+        lag = w.get(key) or {}
+        if "p99_ms" not in lag:
+            continue
+        rows.append(common.row(f"event-loop lag {name}: p99", lag["p99_ms"] / 1000, None, "-",
+                               "reported", None,
+                               note=f"median {lag['p50_ms']:.1f} ms, max {lag['max_ms']:.1f} ms "
+                                    f"over the last {lag['window_s']:.0f} s "
+                                    f"({lag['samples']} samples)"))
+    return rows
+
+
 def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
     if not passes:
         return [common.row("scheduling passes", None, None, "-", "-", None,
@@ -244,11 +260,13 @@ def scenario(nodes: int, jobs: int, rounds: int, worker: str = "fork") -> dict:
         out["idle"] = time_commands(c, rounds)
         got = _call(c, {"op": "diag"})
         gc_marks.append(("while idle", got.get("gc")))
+        out["lag_idle"] = got.get("loop_lag") or {}
         since = max((p["seq"] for p in _passes(c, -1, got)), default=-1)
         _call(c, {"op": "release", "jobs": [{"job_id": i} for i in filled["ids"]]})
         out["busy"] = time_commands(c, rounds)
         got = _call(c, {"op": "diag"})
         gc_marks.append(("while scheduling", got.get("gc")))
+        out["lag_busy"] = got.get("loop_lag") or {}
         out["gc"] = gc_marks
         out["passes"] = _passes(c, since, got)
         out["rss_during"] = common.rss_kib(pid)
@@ -266,6 +284,7 @@ def run(ctx, nodes: int = 1024, jobs: int = 10_000, rounds: int = 200,
     rows = [common.row(f"muster up --emulate --nodes {nodes} --gpus-per-node 8", w["up_s"], None,
                        "-", "seconds", None, note=f"thread run: {other['up_s']:.2f} s")]
     rows += _lat_rows(w["idle"], w["busy"])
+    rows += _lag_rows(w)
     rows += _gc_rows(w["gc"])
     prow, pinfo = _pass_rows(w["passes"])
     rows += prow

@@ -276,6 +276,8 @@ def diag(ctl, msg, uid, gid):
                     for k, h in sorted(api_ops.RPC.items())},
             "events": dict(api_ops._EVENT_TOTALS), "sdiag": ctl.diag.report(),
             "gc": ctl.gc_watch.report(),  # the collector's pauses (controller.gcwatch)
+            # the loop's stalls over the last 20 s (controller.looplag)
+            "loop_lag": ctl.loop_lag.report(),
             "passes": list(ctl.passes.log)}  # recent scheduling passes (controller.passes)
 
 
@@ -284,6 +286,7 @@ def diag_reset(ctl, msg, uid, gid):
     if not _superuser(ctl, uid):
         raise AccessDenied()
     ctl.diag.reset(now())
+    ctl.loop_lag.reset()
     log.info("sdiag statistics reset by uid %d", uid)
     return {}
 

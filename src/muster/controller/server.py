@@ -46,6 +46,7 @@ from muster.common.wire import MAX_FRAME
 from muster.controller import api_ops, diag, idempotency, ops, reconfig
 from muster.controller.faults import crash_point
 from muster.controller.gcwatch import GcWatch
+from muster.controller.looplag import LoopLag
 from muster.controller.passes import PassRunner
 from muster.controller.state import ClusterState, identity, now
 from muster.controller.steps import node_alloc
@@ -145,6 +146,7 @@ class Controller:
         self.stats = {"cycles": 0, "last_cycle_ms": 0.0, "starts": 0, "rpcs": 0}
         self.diag = diag.Diag(self)  # sdiag's statistics, setdebug/setdebugflags
         self.gc_watch = GcWatch()  # the collector: its pauses (diag), what it walks
+        self.loop_lag = LoopLag()  # how late the loop runs what is due (diag)
         self._servers: list[asyncio.base_events.Server] = []
         self._conns = 0  # Unix connections of plain users
         self._user_conns: dict[int, int] = {}
@@ -184,7 +186,8 @@ class Controller:
         log.info("musterctld ready: %s, %s:%s", sock_path, host, self.cfg.slurmctld_port)
         self.gc_watch.install()
         tasks = [asyncio.create_task(self._scheduler_loop()),
-                 asyncio.create_task(self._periodic())]
+                 asyncio.create_task(self._periodic()),
+                 asyncio.create_task(self.loop_lag.run())]
         self.request_schedule()
         await self._stopping.wait()
         self.gc_watch.uninstall()
