@@ -3,8 +3,8 @@
 A pass has three parts. ``prepare`` (the clock's events) and ``finish`` (the plan applied in
 one commit, preemptions) change the controller's state and run on the event loop; the
 snapshot (a pure read of the state) and ``schedule(snapshot, cfg)`` (pure) run in a child
-forked for the pass, so the loop answers requests meanwhile, on its own core. One pass at a time: the next
-is prepared only after the last one's plan was applied. The rare synchronous pass
+forked for the pass, so the loop answers requests meanwhile, on its own core. One pass at a
+time: the next is prepared only after the last one's plan was applied. The rare synchronous pass
 (``srun --immediate`` calls ``Controller.schedule_once`` from a handler) runs on the loop.
 
 Why a forked child per pass (docs/design.md, "Scheduling in the live controller"): the child
@@ -20,10 +20,10 @@ first after a release of 10,000, on 1,024 nodes). What the snapshot reuses acros
 job's view, ``scheduling.cached_view``, and the core's normalised request,
 ``placement.request_of``) is made on the loop for the jobs that changed since the last pass,
 at most ``WARM_S`` of it a pass (the rest by the next ones; the child makes what is missing),
-so each child inherits it. The child resets the signal handlers and the loop's wake-up fd, so a signal
-sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to answer (then
-it is killed). A child that fails, or a fork that fails, falls back to the thread for that
-pass (logged). A pass whose predecessor computed in under ``SMALL_PASS_S`` (a small queue)
+so each child inherits it. The child resets the signal handlers and the loop's wake-up fd, so
+a signal sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to
+answer (then it is killed). A child that fails, or a fork that fails, falls back to the
+thread for that pass (logged). A pass whose predecessor computed in under ``SMALL_PASS_S`` (a small queue)
 is computed on the loop at once: handing it off would cost more than it. ``MUSTER_SCHED_WORKER
 =thread`` always uses the thread, ``0`` runs passes inline on the loop (both for A/B
 measurements).
