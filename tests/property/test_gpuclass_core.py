@@ -24,15 +24,12 @@ from muster.core.gpuclass import GpuClassScheduler
 from muster.core.placement import NodeAlloc, fits_ever
 from muster.core.schedule import schedule
 
+from incremental import assert_same_pass, ending, history_config, started
+
 
 @st.composite
 def histories(draw):
-    cfg = SchedConfig(
-        priority_type=draw(st.sampled_from(["none", "basic", "multifactor"])),
-        backfill=draw(st.booleans()), bf_depth=1, bf_max_job_test=0,
-        bf_window=draw(st.sampled_from([20 * 365 * 1440, 1440, 30])),
-        bf_resolution=draw(st.sampled_from([1, 60, 300])),
-        kill_wait=draw(st.sampled_from([0, 30])), over_time_limit=draw(st.sampled_from([0, 2])))
+    cfg = history_config(draw)
     gpn = draw(st.sampled_from([1, 2, 4, 8]))
     cpn = draw(st.sampled_from([max(1, gpn // 2), gpn, 8 * gpn]))
     return (draw(st.integers(1, 10)), cpn, gpn, draw(st.sampled_from([1, 2])),
@@ -86,8 +83,7 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
     reserved_seen = multi = backfilled = spread = 0
     for _ in range(steps):
         now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
-        for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
-            view, _ = running.pop(j)
+        for j, view in ending(rng, running, now):
             for a in view.nodes:
                 i = int(a.node[1:])
                 free[i] = (free[i][0] + a.cpus, free[i][1] | set(a.gpus))
@@ -108,22 +104,9 @@ def check_history(k, cpn, gpn, ratio, max_time, cfg, seed, steps):
                         pending=offered, running=tuple(v for v, _ in running.values()))
         want = schedule(snap, cfg)
         got = core.schedule(now, offered)
-        assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
-            [(s.job_id, s.allocation, s.scheduler) for s in want.starts], (now, snap)
-        want_res = {(j, want.expected_start[j], tuple(sorted(
-            want.sched_nodes[j].split(","), key=lambda nm: int(nm[1:]))))
-            for j in want.sched_nodes}
-        got_res = {core.reservation} if core.reservation else set()
-        assert got_res == want_res, (now, snap)
-        reserved_seen += bool(got_res)
+        reserved_seen += assert_same_pass(got, want, core.reservation, now, snap)
         for s in got:
-            job = pending.pop(s.job_id)
-            lim = job.time_limit
-            end_est = None if lim is None else now + lim * 60
-            run = rng.choice([1, 60, 300, (lim or 5) * 60, (lim or 5) * 60 + 90])
-            running[s.job_id] = (RunningView(job_id=s.job_id, partition="p",
-                                             nodes=s.allocation.nodes, start_time=now,
-                                             end_time=end_est), now + run)
+            running[s.job_id] = started(rng, s, pending.pop(s.job_id), now)
             for a in s.allocation.nodes:
                 i = int(a.node[1:])
                 assert a.cpus == 1 and set(a.gpus) <= free[i][1]

@@ -23,15 +23,12 @@ from muster.core.nodeclass import NodeClassScheduler
 from muster.core.placement import NodeAlloc, fits_ever
 from muster.core.schedule import schedule
 
+from incremental import assert_same_pass, ending, history_config, started
+
 
 @st.composite
 def histories(draw):
-    cfg = SchedConfig(
-        priority_type=draw(st.sampled_from(["none", "basic", "multifactor"])),
-        backfill=draw(st.booleans()), bf_depth=1, bf_max_job_test=0,
-        bf_window=draw(st.sampled_from([20 * 365 * 1440, 1440, 30])),
-        bf_resolution=draw(st.sampled_from([1, 60, 300])),
-        kill_wait=draw(st.sampled_from([0, 30])), over_time_limit=draw(st.sampled_from([0, 2])))
+    cfg = history_config(draw)
     return (draw(st.integers(1, 12)), draw(st.integers(1, 8)),
             draw(st.sampled_from([1, 2])), draw(st.sampled_from([None, 30, 120])), cfg,
             draw(st.integers(0, 2**32 - 1)), draw(st.integers(5, 50)))
@@ -82,8 +79,7 @@ def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
     starts_seen = reserved_seen = spread = backfilled = kept = 0
     for _ in range(steps):
         now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
-        for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
-            view, _ = running.pop(j)
+        for j, view in ending(rng, running, now):
             for a in view.nodes:
                 free[int(a.node[1:])] += a.cpus
             core.ended(j)
@@ -103,22 +99,9 @@ def check_history(k, cpn, ratio, max_time, cfg, seed, steps):
         before = core._kept
         got = core.schedule(now, offered)
         kept += before is not None and core._res is before[3]  # reused: nothing changed
-        assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
-            [(s.job_id, s.allocation, s.scheduler) for s in want.starts], (now, snap)
-        want_res = {(j, want.expected_start[j], tuple(sorted(
-            want.sched_nodes[j].split(","), key=lambda nm: int(nm[1:]))))
-            for j in want.sched_nodes}
-        got_res = {core.reservation} if core.reservation else set()
-        assert got_res == want_res, (now, snap)
-        reserved_seen += bool(got_res)
+        reserved_seen += assert_same_pass(got, want, core.reservation, now, snap)
         for s in got:
-            job = pending.pop(s.job_id)
-            lim = job.time_limit
-            end_est = None if lim is None else now + lim * 60
-            run = rng.choice([1, 60, 300, (lim or 5) * 60, (lim or 5) * 60 + 90])
-            running[s.job_id] = (RunningView(job_id=s.job_id, partition="p",
-                                             nodes=s.allocation.nodes, start_time=now,
-                                             end_time=end_est), now + run)
+            running[s.job_id] = started(rng, s, pending.pop(s.job_id), now)
             for a in s.allocation.nodes:
                 free[int(a.node[1:])] -= a.cpus
             starts_seen += 1

@@ -21,23 +21,14 @@ from muster.core import pooled as pooled_mod
 from muster.core.pooled import PooledScheduler
 from muster.core.schedule import schedule
 
-
-def _cfg(draw) -> SchedConfig:
-    backfill = draw(st.booleans())
-    return SchedConfig(
-        # every priority of the job alone: as given, priority/basic, multifactor without weights
-        priority_type=draw(st.sampled_from(["none", "basic", "multifactor"])),
-        backfill=backfill, bf_depth=1, bf_max_job_test=0,
-        bf_window=draw(st.sampled_from([20 * 365 * 1440, 1440, 30, 5])),
-        bf_resolution=draw(st.sampled_from([1, 60, 300])),
-        kill_wait=draw(st.sampled_from([0, 30])), over_time_limit=draw(st.sampled_from([0, 2])))
+from incremental import assert_same_pass, ending, history_config, started
 
 
 @st.composite
 def histories(draw):
     cpus = draw(st.integers(1, 48))
     max_time = draw(st.sampled_from([None, 0, 30, 120]))
-    cfg = _cfg(draw)
+    cfg = history_config(draw, windows=(20 * 365 * 1440, 1440, 30, 5))
     # tiny blocks make the backfill index split, skip and merge blocks on short queues
     block = draw(st.sampled_from([1, 2, 3, 32]))
     return cpus, max_time, cfg, draw(st.integers(0, 2**32 - 1)), draw(st.integers(5, 60)), block
@@ -76,8 +67,7 @@ def check_history(cpus, max_time, cfg, seed, steps):
     passes = starts_seen = reserved_seen = backfilled = 0
     for _ in range(steps):
         now += rng.choice([1, 30, 60, 60, 120, 600, 3600])
-        for j in [j for j, (_, e) in running.items() if e <= now and rng.random() < 0.9]:
-            view, _ = running.pop(j)
+        for j, view in ending(rng, running, now):
             free += view.nodes[0].cpus
             pooled.ended(j)
         for _ in range(rng.choice([0, 0, 1, 1, 2, 4])):
@@ -95,20 +85,10 @@ def check_history(cpus, max_time, cfg, seed, steps):
         want = schedule(snap, cfg)
         got = pooled.schedule(now)
         passes += 1
-        assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
-            [(s.job_id, s.allocation, s.scheduler) for s in want.starts], (now, snap)
-        want_res = {(j, want.expected_start[j]) for j in want.sched_nodes}
-        got_res = {pooled.reservation} if pooled.reservation else set()
-        assert got_res == want_res, (now, snap)
-        reserved_seen += bool(got_res)
+        reserved_seen += assert_same_pass(got, want, pooled.reservation, now, snap,
+                                          named=False)
         for s in got:
-            job = pending.pop(s.job_id)
-            lim = job.time_limit
-            end_est = None if lim is None else now + lim * 60
-            run = rng.choice([1, 60, 300, (lim or 5) * 60, (lim or 5) * 60 + 90])
-            running[s.job_id] = (RunningView(job_id=s.job_id, partition="p",
-                                             nodes=s.allocation.nodes, start_time=now,
-                                             end_time=end_est), now + run)
+            running[s.job_id] = started(rng, s, pending.pop(s.job_id), now)
             free -= s.allocation.nodes[0].cpus
             starts_seen += 1
             backfilled += s.scheduler == "Backfill"

@@ -155,10 +155,28 @@ class ClassScheduler:
         self._share = {}  # a start's per-node share, made once
         self._requests = {}  # request_key → the request (one config)
 
+    nodes_why: str  # why a subclass's nodes are outside its scope (unsupported)
+
     @staticmethod
-    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
-                    cfg: SchedConfig) -> str | None:  # pragma: no cover - each subclass's own
+    def _node_outside(n: NodeView, n0: NodeView) -> bool:  # pragma: no cover - subclass's own
+        """Whether node ``n`` (the first being ``n0``) fails the subclass's own node rules."""
         raise NotImplementedError
+
+    @classmethod
+    def unsupported(cls, nodes: Sequence[NodeView], parts: Sequence[PartitionView],
+                    cfg: SchedConfig) -> str | None:
+        """Why these settings are outside the scope (the subclass's module doc), or None:
+        one partition; usable nodes with equal CPUs, weights and memory, memory in proportion
+        to CPUs, and the subclass's own rules (:meth:`_node_outside`)."""
+        if not nodes or len(parts) != 1:
+            return "no nodes, or more than one partition"
+        n0 = nodes[0]
+        for n in nodes:
+            if not n.usable or n.cpus != n0.cpus or n.weight != n0.weight or \
+                    n.mem != n0.mem or n.mem % n.cpus or \
+                    n.mem_free * n.cpus != n.cpus_free * n.mem or cls._node_outside(n, n0):
+                return cls.nodes_why
+        return cls.partition_outside(nodes, parts, cfg)
 
     @staticmethod
     def partition_outside(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
@@ -193,6 +211,15 @@ class ClassScheduler:
                                         *row, estimate(job, self.part),
                                         YEAR if lim is None else 60 * lim, job))
         return None
+
+    def _rows(self, queue: Sequence[JobView]) -> list[Any]:
+        """The rows of the jobs offered to a pass, in queue order (sorted by their key)."""
+        get, rows = self._info.get, []
+        for j in queue:  # info(j), inlined: a replay offers millions of jobs to its passes
+            got = get(j.job_id)
+            rows.append(got[1] if got is not None and got[0] is j else self.info(j))
+        rows.sort()
+        return rows
 
     def info(self, job: JobView) -> Any:
         got = self._info.get(job.job_id)
@@ -248,18 +275,11 @@ class NodeClassScheduler(ClassScheduler):
         self._kept: tuple[int, int, int, _Resv] | None = None
 
     # ---- scope ------------------------------------------------------------------------
+    nodes_why = "nodes differ, have GPUs, are not usable, or memory is not per CPU"
+
     @staticmethod
-    def unsupported(nodes: Sequence[NodeView], parts: Sequence[PartitionView],
-                    cfg: SchedConfig) -> str | None:
-        """Why these settings are outside the scope (module doc), or None."""
-        if not nodes or len(parts) != 1:
-            return "no nodes, or more than one partition"
-        n0 = nodes[0]
-        for n in nodes:
-            if n.gpus or not n.usable or n.cpus != n0.cpus or n.weight != n0.weight or \
-                    n.mem != n0.mem or n.mem % n.cpus or n.mem_free * n.cpus != n.cpus_free * n.mem:
-                return "nodes differ, have GPUs, are not usable, or memory is not per CPU"
-        return ClassScheduler.partition_outside(nodes, parts, cfg)
+    def _node_outside(n: NodeView, n0: NodeView) -> bool:
+        return bool(n.gpus)
 
     def _row(self, job: JobView, rq: Request) -> tuple[int] | str:
         """``(CPUs,)`` of a job of one-CPU tasks, or why its shape is out of scope."""
@@ -335,11 +355,7 @@ class NodeClassScheduler(ClassScheduler):
     def schedule(self, now: int, queue: Sequence[JobView]) -> list[Start]:
         """The starts ``schedule()`` makes now for these pending jobs (every one admitted),
         applied to this state. Afterwards :attr:`reservation` is the EASY reservation."""
-        get, infos = self._info.get, []
-        for j in queue:  # info(j), inlined: a replay offers millions of jobs to its passes
-            got = get(j.job_id)
-            infos.append(got[1] if got is not None and got[0] is j else self.info(j))
-        infos.sort()
+        infos = self._rows(queue)
         starts: list[Start] = []
         res: _Resv | None = None
         blocked = False
