@@ -92,6 +92,7 @@ class WheelInstall:
         common.run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
                     *wheel], self.env, timeout=300)
         common.run([self.python, "-m", "compileall", "-q", os.path.dirname(self.bin)], self.env)
+        common.run([self.python, "-m", "muster.launchers", self.bin], self.env)  # as up.sh does
         return self
 
     def __exit__(self, *exc) -> None:

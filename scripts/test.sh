@@ -27,6 +27,8 @@ fi
 # compile bytecode so CLI start-up is measured and felt as users will (PYTHONDONTWRITEBYTECODE
 # may be set in some environments)
 "$VENV/bin/python" -m compileall -q src >/dev/null 2>&1 || true
+# the Slurm commands start Python without `site` (-S): ~2 ms less per call (muster/launchers.py)
+"$VENV/bin/python" -m muster.launchers "$VENV/bin"
 if [ "$(id -u)" = 0 ]; then
   # the dashboard test drives Debian's Chromium (never a downloaded browser)
   [ -x /usr/bin/chromium ] || PYTHON="$VENV/bin/python" sh scripts/install-browser.sh

@@ -83,3 +83,79 @@ def test_a_plain_submission_imports_no_regex_or_json():
     assert not plain & {"re", "enum", "json", "muster.common.containerspec"}, sorted(plain)
     wait = _imports([os.path.join(REPO, "bin", "sbatch"), "--switches=1@1:00", "--wrap", "true"])
     assert "re" in wait  # the one option that needs it still works through it
+
+
+# ---- the -S launchers (muster.launchers, run by scripts/up.sh and scripts/test.sh) ---------
+
+def _plain(python: str, name: str) -> str:
+    with open(os.path.join(REPO, "bin", name)) as fh:
+        return fh.read().replace("#!python\n", f"#!{python}\n", 1)
+
+
+def test_every_plain_launcher_has_a_fast_form_and_the_rewrite_is_idempotent():
+    from muster.launchers import fast_launcher
+    for rel in _launchers():
+        name = os.path.basename(rel)
+        fast = fast_launcher(_plain("/v/bin/python", name), "/v/src")
+        assert fast is not None, rel
+        assert fast.startswith("#!/v/bin/python -S\n"), rel
+        assert f"from muster.cli.{name} import main" in fast and "'/v/src'" in fast, rel
+        assert fast_launcher(fast, "/v/src") == fast  # already fast: unchanged
+        assert "'/w/src'" in fast_launcher(fast, "/w/src")  # a moved package: the new root
+
+
+def test_foreign_files_and_long_interpreters_are_left_alone():
+    from muster.launchers import SHEBANG_MAX, fast_launcher
+    assert fast_launcher("#!/v/bin/python\nimport sys\nprint('hi')\n", "/v/src") is None
+    assert fast_launcher("#!/bin/sh\nexec true\n", "/v/src") is None
+    # pip's entry-point wrapper (muster, musterctld): not a Slurm launcher
+    assert fast_launcher("#!/v/bin/python\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                         "from muster.cli.muster import main\n", "/v/src") is None
+    long_python = "/" + "x" * (SHEBANG_MAX - 5) + "/python"
+    assert fast_launcher(_plain(long_python, "sbatch"), "/v/src") is None
+
+
+def test_rewrite_replaces_launchers_in_place_keeping_their_mode(tmp_path):
+    from muster.launchers import rewrite
+    py = os.path.join(os.path.dirname(sys.executable), "python")
+    for name in ("sinfo", "sbatch"):
+        p = tmp_path / name
+        p.write_text(_plain(py, name))
+        p.chmod(0o751)
+    other = tmp_path / "seven"
+    other.write_text("#!/bin/sh\necho 7\n")
+    os.symlink(tmp_path / "sinfo", tmp_path / "squeue")  # a link is not rewritten through
+    assert rewrite(str(tmp_path), os.path.join(REPO, "src")) == ["sbatch", "sinfo"]
+    assert rewrite(str(tmp_path), os.path.join(REPO, "src")) == []  # idempotent
+    assert other.read_text() == "#!/bin/sh\necho 7\n"
+    assert (tmp_path / "sinfo").stat().st_mode & 0o7777 == 0o751
+    assert sorted(os.listdir(tmp_path)) == ["sbatch", "seven", "sinfo", "squeue"]  # no temp left
+    env = {**os.environ, "MUSTER_CONF": "/nonexistent/slurm.conf", "MUSTER_CLIENT_RETRY": "0"}
+    env.pop("PYTHONPATH", None)
+    cp = subprocess.run([str(tmp_path / "sbatch"), "--usage"], env=env, capture_output=True,
+                        text=True, timeout=60)
+    assert cp.returncode == 0 and "Usage: sbatch" in cp.stdout, cp.stderr
+
+
+def test_the_installed_commands_start_without_site_and_import_only_the_standard_library():
+    """scripts/test.sh (the README's command) rewrote this virtualenv's launchers: each starts
+    Python with -S, so no site-packages directory is on its path — a third-party import in a
+    command would fail here (and in every end-to-end test that runs the commands)."""
+    bindir = os.path.dirname(sys.executable)
+    for rel in _launchers():
+        with open(os.path.join(bindir, os.path.basename(rel))) as fh:
+            assert fh.readline().rstrip().endswith(" -S"), f"{rel} was not rewritten"
+    env = {**os.environ, "MUSTER_CONF": "/nonexistent/slurm.conf", "MUSTER_CLIENT_RETRY": "0"}
+    cp = subprocess.run([os.path.join(bindir, "squeue"), "--usage"], env=env,
+                        capture_output=True, text=True, timeout=60)
+    assert cp.returncode == 0 and "Usage: squeue" in cp.stdout, cp.stderr
+    cp = subprocess.run([sys.executable, "-S", "-X", "importtime", os.path.join(bindir, "sbatch"),
+                         "-N1", "--gres=gpu:1", "--wrap", "true"], env=env, capture_output=True,
+                        text=True, timeout=60)
+    mods = {ln.rsplit("|", 1)[1].strip() for ln in cp.stderr.splitlines()
+            if ln.startswith("import time:") and "cumulative" not in ln}
+    assert "muster.cli.jobopts" in mods  # it did parse the options
+    outside = {m for m in mods if m.split(".")[0] not in sys.stdlib_module_names
+               and m.split(".")[0] != "muster"}
+    assert not outside, sorted(outside)
+    assert "site" not in mods
