@@ -8,6 +8,7 @@ PATH so Slurm's own commands in /usr/bin are never picked up by mistake.
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import pwd
@@ -180,6 +181,11 @@ def shared_tmp(base: str) -> str:
 
 
 def cleanup(path: str) -> None:
+    """Remove a test's directory, and the in-memory spools a cluster in it had (`muster up`
+    links them as STATE/spool; `muster down` removes them, but a test may fail before it)."""
+    for link in [os.path.join(path, "spool"), *glob.glob(os.path.join(path, "*", "spool"))]:
+        if os.path.islink(link) and os.path.basename(os.readlink(link)).startswith("muster-"):
+            shutil.rmtree(os.readlink(link), ignore_errors=True)
     shutil.rmtree(path, ignore_errors=True)
 
 

@@ -60,6 +60,14 @@ def test_up_status_down_lifecycle(base):
         assert peers == {"127.0.1.1", "127.0.1.2", "127.0.1.3"}
         # key file is private
         assert os.stat(os.path.join(state, "muster.key")).st_mode & 0o777 == 0o600
+        # the nodes' spools are in memory (/dev/shm is a tmpfs here), linked from the state dir
+        link = os.path.join(state, "spool")
+        spools = os.readlink(link)
+        assert os.path.dirname(spools) == "/dev/shm" and \
+            os.path.basename(spools).startswith("muster-"), spools
+        assert os.lstat(spools).st_mode & 0o7777 == 0o711
+        assert sorted(os.listdir(link)) == ["node1", "node2", "node3"]
+        assert f"SlurmdSpoolDir={spools}/%n" in open(st["config"]).read()
         # a second `up` on a running cluster is a clear error
         r = run(["muster", "up", "--state-dir", state], env)
         assert r.returncode == 1
@@ -77,6 +85,7 @@ def test_up_status_down_lifecycle(base):
     finally:
         r = run(["muster", "down", "--state-dir", state], env)
     assert r.returncode == 0, r
+    assert not os.path.lexists(spools) and not os.path.lexists(link)  # gone with the cluster
     assert not any(_alive(p) for p in pids)
     wait_for(lambda: not _alive(job_pid), timeout=10, what="job killed by down")
     r = run(["muster", "status", "--state-dir", state], env)

@@ -331,7 +331,7 @@ def cmd_up(args) -> int:
                  "MaxTime": maxtime or "INFINITE"}
             parts.append(p)
         glob = {"SlurmctldHost": "localhost(127.0.0.1)", "SlurmctldPort": _free_port(),
-                "StateSaveLocation": state, "SlurmdSpoolDir": os.path.join(state, "spool", "%n"),
+                "StateSaveLocation": state, "SlurmdSpoolDir": _spool_template(state),
                 "AuthInfo": f"key={key}", "KillWait": 30, "MinJobAge": 300,
                 "SlurmdTimeout": 12, "ReturnToService": 2, "MaxArraySize": 10001,
                 "DefMemPerCPU": max(1, mem // max(1, cpus)), "SelectType": "select/cons_tres",
@@ -356,6 +356,7 @@ def cmd_up(args) -> int:
         elif os.path.lexists(topo_path):
             os.unlink(topo_path)  # a previous `up --topology` of this state directory
         cfg = load(conf)
+    _relink_runtime_spool(state, cfg)
     for ptr in ([] if args.no_link else _pointer_paths()):
         os.makedirs(os.path.dirname(ptr), exist_ok=True)
         if os.path.lexists(ptr):
@@ -477,6 +478,127 @@ def _running_state_dir(args) -> str:
     return default_state_dir()
 
 
+SPOOL_LINK = "spool"  # in the state directory: the nodes' spool directories, or a link to them
+RUNTIME_BASES = ("XDG_RUNTIME_DIR", "/dev/shm")  # where a local cluster's spools may live
+
+
+def _fstype(path: str) -> str | None:
+    """The file system type of the mount that holds ``path`` (/proc/self/mountinfo)."""
+    real, best, kind = os.path.realpath(path), "", None
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields = line.split()
+                if " - " not in line or len(fields) < 5:
+                    continue
+                mnt = fields[4].replace("\\040", " ")
+                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, kind = mnt, line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        return None
+    return kind
+
+
+def _runtime_base() -> str | None:
+    """A tmpfs directory for the spools where no other user can remove or rename what we
+    make in it: $XDG_RUNTIME_DIR when it is ours and private, else /dev/shm when it is root's
+    and sticky (others may not touch entries they do not own); None when neither is."""
+    import stat
+    for cand in RUNTIME_BASES:
+        base = os.environ.get(cand) if not cand.startswith("/") else cand
+        if not base or not os.path.isabs(base):
+            continue
+        try:
+            st = os.lstat(base)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        ours = st.st_uid == os.geteuid() and not st.st_mode & 0o022
+        sticky = st.st_uid == 0 and st.st_mode & stat.S_ISVTX
+        if (ours or sticky) and _fstype(base) == "tmpfs":
+            return base
+    return None
+
+
+def _spool_template(state: str) -> str:
+    """SlurmdSpoolDir for a generated local cluster: the nodes' spools in memory (a tmpfs),
+    linked from ``STATE/spool``, else ``STATE/spool/%n`` on disk.
+
+    Why memory: an agent makes and later deletes ~6 files per job in its spool (the script,
+    the launch description, pid files, the status). On ext4 without a journal, every new inode
+    skips, one by one, each inode of its block group freed in the last 1–6 minutes, so a burst
+    of jobs pays for the previous burst's deletions (measured: a quarter of a 1,000-task
+    array's CPU time, docs/design.md "Spools in memory"). A tmpfs has no such cost, and a
+    local cluster's spools live no longer than the machine's processes anyway: the jobs they
+    describe end with the machine. A state directory whose ``spool`` is already a directory
+    (made before, or where no tmpfs exists) keeps it, so kept jobs are adopted.
+
+    The directory is ``BASE/muster-<random>`` (0711, ours; an unpredictable name, so no other
+    user can make it first), checked by the agents like any spool (muster.common.securefs)."""
+    import secrets
+    link = os.path.join(state, SPOOL_LINK)
+    on_disk = os.path.join(link, "%n")
+    if os.path.islink(link):
+        target = os.readlink(link)
+        try:
+            from muster.common.securefs import check_private_dir
+            check_private_dir(target, "spool")
+            return os.path.join(target, "%n")
+        except Exception:  # noqa: BLE001 - gone (a reboot emptied the tmpfs) or not ours
+            os.unlink(link)
+    elif os.path.lexists(link):
+        return on_disk
+    base = _runtime_base()
+    if base is None:
+        return on_disk
+    while True:
+        target = os.path.join(base, f"muster-{secrets.token_hex(8)}")
+        try:
+            os.mkdir(target, 0o711)
+            break
+        except FileExistsError:
+            continue
+        except OSError:
+            return on_disk
+    os.chmod(target, 0o711)
+    os.symlink(target, link)
+    return os.path.join(target, "%n")
+
+
+def _relink_runtime_spool(state: str, cfg) -> None:
+    """``muster up --config`` of a configuration whose spools an earlier ``muster up`` put in
+    memory, after ``muster down`` removed them: that directory is made again and linked. One
+    that someone else made meanwhile is linked too, and the agents refuse it with the reason."""
+    tpl = cfg.slurmd_spool_dir or ""
+    root = os.path.dirname(tpl) if tpl.endswith("/%n") else ""
+    link = os.path.join(state, SPOOL_LINK)
+    if not root or os.path.lexists(link) or not os.path.basename(root).startswith("muster-") \
+            or os.path.dirname(root) != _runtime_base():
+        return
+    try:
+        os.mkdir(root, 0o711)
+        os.chmod(root, 0o711)
+    except FileExistsError:
+        pass
+    except OSError:
+        return
+    os.symlink(root, link)
+
+
+def _remove_runtime_spool(state: str) -> None:
+    """``muster down``: the in-memory spools go with the cluster (their link too)."""
+    link = os.path.join(state, SPOOL_LINK)
+    if not os.path.islink(link):
+        return
+    import shutil
+    target = os.readlink(link)
+    if os.path.basename(target).startswith("muster-") and os.path.isdir(target) and \
+            not os.path.islink(target) and os.lstat(target).st_uid in (0, os.geteuid()):
+        shutil.rmtree(target, ignore_errors=True)
+    os.unlink(link)
+
+
 @dataclass
 class Layout:
     """What the configuration says of the cluster in a state directory.
@@ -525,6 +647,7 @@ def cmd_down(args) -> int:
     if not args.keep_jobs:
         _kill_jobs(spool_root)
         _remove_job_trees(spool_root)
+        _remove_runtime_spool(state)
     if args.keep_jobs:
         _write_pids(state, {"config": conf or (rec or {}).get("config"), "state_dir": state,
                             "agents": {}, "kept_jobs": True})
