@@ -116,8 +116,8 @@ def test_a_forked_pass_makes_the_plan_the_core_makes_here(ip):
     assert passes.mode == "fork"  # the daemon's default
     prep = passes.prepare()
     here = schedule(prep.snap, prep.sched_cfg)
-    plan, core_s = asyncio.run(passes._forked(prep))
-    assert plan == here and core_s > 0
+    plan, core_s, cpu_s = asyncio.run(passes._forked(prep))
+    assert plan == here and core_s > 0 and 0 < cpu_s < 60
     assert plan.starts and set(plan.reasons) | {s.job_id for s in plan.starts} >= set(jobs)
     _all_reaped(passes)
     asyncio.run(passes.run_async())  # and a whole daemon-style pass through it applies
@@ -139,7 +139,7 @@ def test_a_forked_pass_makes_its_snapshot_in_the_child(ip):
     assert not state.unviewed  # all warmed within WARM_S: six views
     assert set(jobs) <= set(state.view_cache) and held not in state.view_cache
     here, shell_here = passes_mod.build_snapshot(state, prep.t)
-    plan, core_s = asyncio.run(passes._forked(prep))
+    plan, core_s, _cpu_s = asyncio.run(passes._forked(prep))
     assert plan == schedule(here, prep.sched_cfg) and core_s > 0
     assert prep.shell_reasons == shell_here == {held: "JobHeldUser"}
     assert prep.depth == len(here.pending) == len(jobs) and prep.snap_s > 0
@@ -269,6 +269,35 @@ def test_a_pass_after_a_cheap_one_is_computed_on_the_loop(ip, monkeypatch):
     c = ip.submit(ntasks=4)
     asyncio.run(passes.run_async())
     assert passes.log[-1]["worker"] == "fork" and ip.job(c).state == PENDING  # no room left
+    _all_reaped(passes)
+
+
+def test_where_the_next_pass_runs_follows_the_cores_cpu_time_not_its_wall_time(ip, monkeypatch):
+    """On a busy machine a tiny pass can be preempted for longer than SMALL_PASS_S. Measured
+    by wall time, that sent the next pass to a child, whose fork and copy-on-write faults
+    then kept every later pass forked (~30 ms each for a one-job queue). The decision takes
+    the core's CPU time: a pass that waited (here: slept) but computed little keeps the next
+    one on the loop, whether it ran in a child or on the loop."""
+    real = passes_mod.schedule
+
+    def waits(snap, cfg):  # 30 ms of wall time, no CPU time
+        time.sleep(0.03)
+        return real(snap, cfg)
+    monkeypatch.setattr(passes_mod, "schedule", waits)
+    passes = ip.ctl.passes
+    a = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())  # nothing measured yet: handed off (the child sleeps)
+    first = passes.log[-1]
+    assert first["worker"] == "fork" and ip.job(a).state == RUNNING
+    assert first["pure_ms"] >= 30 and first["cpu_ms"] < passes_mod.SMALL_PASS_S * 1000
+    b = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())
+    second = passes.log[-1]
+    assert second["worker"] == "loop" and ip.job(b).state == RUNNING
+    assert second["core_ms"] >= 30 and second["cpu_ms"] < passes_mod.SMALL_PASS_S * 1000
+    c = ip.submit(ntasks=4)
+    asyncio.run(passes.run_async())
+    assert passes.log[-1]["worker"] == "loop"  # still: the wait was not the core's work
     _all_reaped(passes)
 
 

@@ -23,8 +23,10 @@ at most ``WARM_S`` of it a pass (the rest by the next ones; the child makes what
 so each child inherits it. The child resets the signal handlers and the loop's wake-up fd, so
 a signal sent to it never reaches the controller's handlers; it has ``CHILD_LIMIT_S`` to
 answer (then it is killed). A child that fails, or a fork that fails, falls back to the
-thread for that pass (logged). A pass whose predecessor computed in under ``SMALL_PASS_S`` (a small queue)
-is computed on the loop at once: handing it off would cost more than it. ``MUSTER_SCHED_WORKER
+thread for that pass (logged). A pass whose predecessor's core took under ``SMALL_PASS_S`` of
+CPU time (a small queue) is computed on the loop at once: handing it off would cost more than
+it. CPU time, not wall time: a preempted small pass must not send the next ones to children,
+whose own fork overhead would then keep them there. ``MUSTER_SCHED_WORKER
 =thread`` always uses the thread, ``0`` runs passes inline on the loop (both for A/B
 measurements).
 
@@ -129,7 +131,12 @@ class PassRunner:
         self._pool: ThreadPoolExecutor | None = None
         self._children: set[int] = set()  # forked passes not reaped yet
         self.pure_s: float | None = None  # the last forked pass's compute time, in the child
-        self.last_core_s = float("inf")  # the last pass's pure compute: small ones stay here
+        # the last pass's pure compute in CPU seconds (its thread's, or the child's): a pass
+        # after a small one stays on the loop. CPU, not wall time: on a busy machine a 0.3 ms
+        # pass preempted for 5 ms would otherwise send the next ones to children, whose fork
+        # and copy-on-write faults (~25 ms of wall time there) kept every later pass forked
+        self.last_core_s = float("inf")
+        self._cpu_s = 0.0  # CPU seconds of the last compute() (its thread's)
         self.used = self.mode  # where the last pass was computed (the pass log's "worker")
         self.core_lock = threading.Lock()
         self.in_flight = False
@@ -189,10 +196,12 @@ class PassRunner:
             self._warm()
 
     def compute(self, prep: Prepared):
-        """The pure part: any thread. Returns (plan, seconds)."""
+        """The pure part: any thread. Returns (plan, seconds); its thread's CPU seconds are
+        left in ``_cpu_s``."""
         with self.core_lock:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             plan = schedule(prep.snap, prep.sched_cfg)  # type: ignore[arg-type]
+            self._cpu_s = time.thread_time() - c0
             return plan, time.perf_counter() - t0
 
     def run_sync(self) -> None:
@@ -233,7 +242,7 @@ class PassRunner:
                 finally:
                     warming.cancel()
                 if got is not None:  # the core's time: from the fork to the plan loaded here
-                    self.pure_s = got[1]
+                    self.pure_s, self._cpu_s = got[1], got[2]
                     got = (got[0], time.perf_counter() - t0)
             else:
                 got = None
@@ -242,7 +251,7 @@ class PassRunner:
                     prep.fill(state)
                 got, self.used = await self._threaded(prep), "thread"
             plan, core_s = got
-            self.last_core_s = core_s if self.pure_s is None else self.pure_s
+            self.last_core_s = self._cpu_s
             self.in_flight = False
             stale = self.stale or state.cfg is not prep.cfg \
                 or self.ctl.sched_cfg is not prep.sched_cfg
@@ -259,8 +268,8 @@ class PassRunner:
         return await asyncio.get_running_loop().run_in_executor(self._pool, self.compute, prep)
 
     async def _forked(self, prep: Prepared):
-        """The pure part in a child forked now: (plan, seconds), or None when the child or
-        the fork failed (logged; the caller computes in the thread instead)."""
+        """The pure part in a child forked now: (plan, seconds, CPU seconds), or None when the
+        child or the fork failed (logged; the caller computes in the thread instead)."""
         self._reap()
         r, w = os.pipe()
         # the loop's signals are blocked across the fork, so none reaches the child before it
@@ -291,10 +300,10 @@ class PassRunner:
         except Exception as e:  # noqa: BLE001 - a truncated or garbled answer
             status, payload = "error", f"unreadable answer ({e})"
         if status == "ok":
-            plan, core_s, made = payload
+            plan, core_s, cpu_s, made = payload
             if made is not None:  # the child made the snapshot: its reasons, depth, time
                 prep.shell_reasons, prep.depth, prep.snap_s = made
-            return plan, core_s
+            return plan, core_s, cpu_s
         log.error("scheduling pass: the forked worker failed, computing in a thread: %s",
                   payload)
         return None
@@ -409,7 +418,10 @@ class PassRunner:
                          "changed": changed, "discarded": stale, "worker": self.used,
                          # the forked child's own compute time (core_ms adds the fork and
                          # the plan's transfer); None when the pass ran in this process
-                         "pure_ms": None if self.pure_s is None else round(self.pure_s * 1000, 3)})
+                         "pure_ms": None if self.pure_s is None else round(self.pure_s * 1000, 3),
+                         # the CPU time of the core (its thread's, or the child's process):
+                         # what decides where the next pass is computed (SMALL_PASS_S)
+                         "cpu_ms": round(self._cpu_s * 1000, 3)})
         self.pure_s = None
 
 
@@ -419,7 +431,8 @@ _MAX_FD = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 65536
 
 def _child_pass(prep: Prepared, state, r: int, w: int, mask) -> None:
     """The forked pass: make the snapshot of the inherited ``state`` unless ``prep`` has one,
-    compute the plan, write it pickled to ``w`` as ("ok", (plan, seconds, made)) — ``made``:
+    compute the plan, write it pickled to ``w`` as ("ok", (plan, seconds, CPU seconds, made))
+    — ``made``:
     (the shell's reasons, depth, seconds making the snapshot) when made here, else None — or
     ("error", traceback), exit. Nothing of the controller's runs here: no handler, no store
     (the snapshot is a pure read of the state in memory), no logging; ``os._exit`` skips
@@ -438,13 +451,14 @@ def _child_pass(prep: Prepared, state, r: int, w: int, mask) -> None:
         os.closerange(3, w)  # r among them
         os.closerange(w + 1, _MAX_FD)
         try:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             made = None
             if prep.snap is None:
                 prep.fill(state)
                 made = (prep.shell_reasons, prep.depth, prep.snap_s)
             plan = schedule(prep.snap, prep.sched_cfg)  # type: ignore[arg-type]
-            out: tuple = ("ok", (plan, time.perf_counter() - t0, made))
+            out: tuple = ("ok", (plan, time.perf_counter() - t0, time.process_time() - c0,
+                                 made))
         except BaseException:  # noqa: BLE001 - reported to the parent, which logs it
             out = ("error", traceback.format_exc(limit=30))
         view = memoryview(pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL))
