@@ -212,6 +212,11 @@ def _pass_rows(passes: list[dict]) -> tuple[list[dict], dict]:
                                common.stats(pure), None, "-", "-", None,
                                note=f"first pass {first.get('pure_ms') or 0:.1f} ms; "
                                     f"p99 {pct(pure, 0.99) * 1000:.1f} ms"))
+        cpu = [p["cpu_ms"] / 1000 for p in rest if p.get("pure_ms") is not None and "cpu_ms" in p]
+        if cpu:  # the child's CPU time: its wall time less the wait for a core (2 cores here)
+            rows.append(common.row("    of which the child's CPU time", common.stats(cpu), None,
+                                   "-", "-", None,
+                                   note=f"first pass {first.get('cpu_ms') or 0:.1f} ms"))
         made = [p["snap_ms"] / 1000 for p in rest
                 if p.get("pure_ms") is not None and p.get("snap_ms")]
         if made:
