@@ -66,3 +66,24 @@ def test_a_base_others_may_write_without_the_sticky_bit_is_not_used(tmpfs):
     assert up._runtime_base() is None
     os.chmod(base, 0o1777)  # as /dev/shm: used only when root owns it
     assert up._runtime_base() == (str(base) if os.stat(base).st_uid == 0 else None)
+
+
+def test_up_with_the_same_configuration_after_down_makes_the_spools_again(tmpfs):
+    """`muster down` removes the in-memory spools; `muster up --config` of the configuration
+    that names them (the test clusters' way to add settings) makes that directory again
+    (0711) and links it, so the agents start and the state directory still leads to it."""
+    from types import SimpleNamespace
+    base, state = tmpfs
+    tpl = up._spool_template(str(state))
+    target = os.path.dirname(tpl)
+    up._remove_runtime_spool(str(state))
+    cfg = SimpleNamespace(slurmd_spool_dir=tpl)
+    up._relink_runtime_spool(str(state), cfg)
+    assert os.readlink(state / "spool") == target
+    assert os.lstat(target).st_mode & 0o7777 == 0o711
+    up._relink_runtime_spool(str(state), cfg)  # linked already: nothing to do
+    assert os.readlink(state / "spool") == target
+    # a spool of an admin's own configuration (not ours, not in memory) is left alone
+    os.unlink(state / "spool")
+    up._relink_runtime_spool(str(state), SimpleNamespace(slurmd_spool_dir="/var/spool/m/%n"))
+    assert not os.path.lexists(state / "spool")
