@@ -540,12 +540,12 @@ def _spool_template(state: str) -> str:
     link = os.path.join(state, SPOOL_LINK)
     on_disk = os.path.join(link, "%n")
     if os.path.islink(link):
+        from muster.common.securefs import UnsafePath, check_private_dir
         target = os.readlink(link)
         try:
-            from muster.common.securefs import check_private_dir
             check_private_dir(target, "spool")
             return os.path.join(target, "%n")
-        except Exception:  # noqa: BLE001 - gone (a reboot emptied the tmpfs) or not ours
+        except UnsafePath:  # gone (a reboot emptied the tmpfs), or no longer only ours
             os.unlink(link)
     elif os.path.lexists(link):
         return on_disk
