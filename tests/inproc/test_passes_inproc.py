@@ -295,7 +295,7 @@ def test_where_the_next_pass_runs_follows_the_cores_cpu_time_not_its_wall_time(i
     second = passes.log[-1]
     assert second["worker"] == "loop" and ip.job(b).state == RUNNING
     assert second["core_ms"] >= 30 and second["cpu_ms"] < passes_mod.SMALL_PASS_S * 1000
-    c = ip.submit(ntasks=4)
+    ip.submit(ntasks=4)  # (no room left for it: the pass decides that much)
     asyncio.run(passes.run_async())
     assert passes.log[-1]["worker"] == "loop"  # still: the wait was not the core's work
     _all_reaped(passes)
