@@ -3,9 +3,11 @@
     python -m muster.launchers BINDIR      # scripts/up.sh and scripts/test.sh, after pip
 
 Why: a command such as ``sbatch`` is started thousands of times by the tools that drive Slurm
-(one process per submission). Of its ~17 ms, ~5 ms is Python's ``site`` module: it lists
-site-packages, reads every ``.pth`` file (setuptools' ``distutils-precedence.pth`` imports a
-module of its own) and imports ``sysconfig``-related code. The Slurm commands import only the
+(one process per submission). Python's ``site`` module lists site-packages, reads every
+``.pth`` file (setuptools' ``distutils-precedence.pth`` imports a module of its own; Debian's
+Python adds ``sitecustomize`` and apport's hook): ~3.7 ms of a ~13.6 ms ``python -c pass``
+here, of which the command gets back ~1.7 ms of CPU (it then imports ``os`` and the like
+itself; docs/design.md, "Dependencies"). The Slurm commands import only the
 standard library and Muster (tests/unit/test_launchers.py), so they need none of it: each
 launcher pip installed (``#!/venv/bin/python``, from bin/) is rewritten as
 ``#!/venv/bin/python -S`` with the one directory that holds the ``muster`` package put on
@@ -36,7 +38,7 @@ _PLAIN = re.compile(r"\A#!(?P<python>\S+)\n(?:#[^\n]*\n)*import sys\n\n"
 _FAST = re.compile(r"\A#!(?P<python>\S+) -S\n# The `(?P<name>\w+)` command, started without")
 
 TEMPLATE = """#!{python} -S
-# The `{name}` command, started without Python's `site` (-S): ~5 ms less per call. Written by
+# The `{name}` command, started without Python's `site` (-S): ~2 ms less per call. Written by
 # `python -m muster.launchers` over pip's launcher (bin/{name}); the commands import only the
 # standard library and Muster, whose directory is put on sys.path here.
 import sys
