@@ -16,8 +16,9 @@ one) would have given it.
 
 Invariants:
 
-* Only files that are Muster's own launchers are touched: a ``#!`` line naming this venv's
-  Python and a body that is exactly bin/'s template for one ``muster.cli`` module. Anything
+* Only files that are Muster's own launchers are touched: a ``#!`` line naming one
+  interpreter (pip's, kept) and a body that is exactly bin/'s template for one ``muster.cli``
+  module (or this module's own earlier rewrite of it). Anything
   else in BINDIR (pip's, the entry points ``muster``, ``musterctld``…) is left alone.
 * The rewrite is idempotent, atomic per file (a temporary file renamed over the launcher, same
   mode) and safe to skip: a pip reinstall puts back the plain launchers, which still work —
