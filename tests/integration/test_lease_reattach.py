@@ -227,8 +227,10 @@ def test_salloc_sigkilled_while_the_controller_is_down_its_steps_are_ended(own_c
     inner = f"echo job $SLURM_JOB_ID; echo $$ > {pids}.$SLURM_PROCID; exec sleep 300"
     p = start(c, ["salloc", "-N2", "-t", "30", "srun", "-N2", "-l", "bash", "-c", inner], out)
     try:
-        wait_for(lambda: all(read(f"{pids}.{t}").strip() for t in (0, 1)), timeout=30,
-                 what="step running")
+        # the pid files are written by the tasks themselves, the "job" lines reach the output
+        # file through srun's relay: wait for both (the relay may be the later one)
+        wait_for(lambda: all(read(f"{pids}.{t}").strip() for t in (0, 1))
+                 and read(out).count(" job ") == 2, timeout=30, what="step running")
         jid = job_id_in(out)
         tasks = [int(read(f"{pids}.{t}")) for t in (0, 1)]
         _sigkill_client_while_the_controller_is_down(c, p, jid)
