@@ -133,3 +133,63 @@ def test_fresh_state_dir_and_key_get_owner_and_mode(base):
     assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) & 0o022 == 0
     kst = os.stat(os.path.join(state, "muster.key"))
     assert kst.st_uid == os.getuid() and stat.S_IMODE(kst.st_mode) == 0o600
+
+
+# ---- a local cluster's spools in memory (muster up: /dev/shm/muster-<random>) --------------
+
+def test_a_spool_directory_a_user_made_at_the_configured_name_is_refused(base):
+    """The spool directory's name is in slurm.conf, which every user may read. After `muster
+    down` removed it, a hostile user makes a directory of that name before the next `muster up
+    --config`: the agent refuses it (they could plant links or read launch descriptions), the
+    cluster does not start, and the reason is logged."""
+    state = os.path.join(base, "state")
+    r = _up(state)
+    assert r.returncode == 0, r.stderr
+    spools = os.readlink(os.path.join(state, "spool"))
+    conf = os.path.join(state, "slurm.conf")
+    assert f"SlurmdSpoolDir={spools}/%n" in open(conf).read()
+    env = {**os.environ, "PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+           "MUSTER_CONF": conf, "MUSTER_NO_API": "1"}
+    r = subprocess.run([os.path.join(BIN, "muster"), "down", "--state-dir", state],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and not os.path.lexists(spools), r.stderr
+    os.mkdir(spools, 0o711)
+    _chown_to_test_user(spools)  # the hostile user's, at the name the configuration gives
+    try:
+        r = subprocess.run([os.path.join(BIN, "muster"), "up", "--no-link", "--state-dir", state,
+                            "--config", conf, "--timeout", "20"], capture_output=True, text=True,
+                           env=env, timeout=60)
+        assert r.returncode == 1 and "musterd for node1 exited" in r.stderr, r
+        logs = "".join(open(os.path.join(state, "log", f)).read()
+                       for f in os.listdir(os.path.join(state, "log")) if f.startswith("musterd"))
+        assert "SlurmdSpoolDir" in logs and "owned by uid" in logs, logs
+        assert os.listdir(spools) == []  # nothing of ours was written into it
+    finally:
+        subprocess.run([os.path.join(BIN, "muster"), "down", "--state-dir", state],
+                       capture_output=True, env=env, timeout=60)
+        subprocess.run(["rm", "-rf", spools])
+
+
+def test_a_runtime_base_or_spool_owned_by_another_user_is_not_used(base, monkeypatch):
+    """$XDG_RUNTIME_DIR is the caller's to set: root does not put its spools in a directory
+    another user owns (they could rename ours away and put theirs in its place), and a spool
+    link whose directory is now another user's is replaced by a fresh directory of ours."""
+    from muster.cli import muster as up
+    foreign = os.path.join(base, "xdg")
+    os.mkdir(foreign, 0o700)
+    _chown_to_test_user(foreign)
+    monkeypatch.setattr(up, "RUNTIME_BASES", ("XDG_RUNTIME_DIR",))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", foreign)
+    monkeypatch.setattr(up, "_fstype", lambda path: "tmpfs")  # the type is the only fake
+    assert up._runtime_base() is None
+    ours = os.path.join(base, "ours")
+    os.mkdir(ours, 0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", ours)
+    state = os.path.join(base, "state2")
+    os.mkdir(state, 0o755)
+    first = os.path.dirname(up._spool_template(state))
+    assert os.path.dirname(first) == ours and os.stat(first).st_uid == 0
+    _chown_to_test_user(first)  # now another user's
+    second = os.path.dirname(up._spool_template(state))
+    assert second != first and os.stat(second).st_uid == 0
+    assert os.readlink(os.path.join(state, "spool")) == second

@@ -491,7 +491,7 @@ def _fstype(path: str) -> str | None:
                 fields = line.split()
                 if " - " not in line or len(fields) < 5:
                     continue
-                mnt = fields[4].replace("\\040", " ")
+                mnt = fields[4].encode().decode("unicode_escape")  # \040 and the like
                 if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
                     best, kind = mnt, line.split(" - ", 1)[1].split()[0]
     except OSError:

@@ -88,7 +88,7 @@ REASON_SLICE = 500  # reasons applied per slice between requests (a few ms each)
 START_SLICE = 16  # starts applied per commit between requests (~0.6 ms each on 1,024 nodes)
 PASS_LOG = 1024  # recent passes kept for the diag op (bench/scale.py reads them)
 CHILD_LIMIT_S = 120  # a forked pass that has not answered by then is killed (SIGALRM)
-SMALL_PASS_S = 0.004  # a pass whose predecessor computed in less is computed on the loop
+SMALL_PASS_S = 0.004  # a pass whose predecessor's core took less CPU time runs on the loop
 WARM_S = 0.003  # the loop's time per pass for views of changed jobs (PassRunner._warm)
 
 
