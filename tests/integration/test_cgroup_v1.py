@@ -282,6 +282,48 @@ def test_a_level_made_in_some_controllers_is_joined_there_and_its_parent_elsewhe
     assert not any(os.path.exists(os.path.join(m, step)) for m in h.mounts.values())
 
 
+def test_a_step_is_made_where_it_has_its_own_figures_and_its_tasks_join_the_job_elsewhere(
+        h, parent):
+    """confine.StepCgroup on v1: step_S only in memory, cpuacct, freezer and pids, task_K in
+    memory and cpuacct; a task born confined sits in its task, step or job cgroup, whichever
+    is deepest in each controller (cpuset and devices: the job's, which holds the limits).
+    The step is still killed and removed whole."""
+    from muster.agent import confine
+    from muster.agent.cgroup import describe
+    spec = {"hier": describe(h), "base": parent}
+    job = f"{parent}/job_9"
+    h.make(job)
+    step = confine.StepCgroup(spec, 9, "batch")
+    task = f"{step.rel}/task_0"
+    with confine.born_confined(step, 0):
+        p = subprocess.Popen(["sleep", "1000"])
+    try:
+        for ctrl, mount in h.mounts.items():
+            assert os.path.isdir(os.path.join(mount, step.rel)) == \
+                (ctrl in confine.STEP_CONTROLLERS), ctrl
+            assert os.path.isdir(os.path.join(mount, task)) == \
+                (ctrl in confine.TASK_CONTROLLERS), ctrl
+        with open(f"/proc/{p.pid}/cgroup") as fh:
+            where = {c: path for line in fh for _h, cs, path in [line.strip().split(":", 2)]
+                     for c in cs.split(",")}
+        for ctrl in h.mounts:
+            want = (task if ctrl in confine.TASK_CONTROLLERS else step.rel
+                    if ctrl in confine.STEP_CONTROLLERS else job)
+            assert where[ctrl] == "/" + want, (ctrl, where[ctrl])
+        with open("/proc/self/cgroup") as fh:  # the daemon went back where it was
+            assert f"/{parent}/" not in fh.read()
+        assert step.pids() == [p.pid] and step.pids(0) == [p.pid]
+        got = step.finish()
+        assert got["empty"] and "error" not in got, got
+        assert p.wait(timeout=10) == -9
+    finally:
+        p.kill()
+        p.wait()
+    assert not any(os.path.exists(os.path.join(m, step.rel)) for m in h.mounts.values())
+    assert all(os.path.isdir(os.path.join(m, job)) for m in h.mounts.values())
+    assert h.try_remove(job)
+
+
 def test_kill_all_thaws_a_step_left_frozen_by_a_dead_daemon(h, parent):
     """A step daemon froze its step to kill it and was killed itself: the step stays frozen
     on v1 (thawing the job does not thaw a child frozen by its own write), and SIGKILL cannot

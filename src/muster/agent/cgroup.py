@@ -34,6 +34,7 @@ import platform
 import signal
 import struct
 import time
+from typing import Any
 
 from muster.common.hostlist import int_ranges
 
@@ -269,12 +270,22 @@ class Hierarchy:
         """Move *pid* (0: the calling process) into *rel* in every controller.  v1 with
         *only* (controller names): into *rel* in their mounts and into *elsewhere* (an
         ancestor of *rel*) in the others -- for a cgroup made with ``make(rel, only)``."""
+        self.attach_levels([(rel, only), (elsewhere or rel, None)], pid)
+
+    def attach_levels(self, levels: list[tuple[str, Any]], pid: int = 0) -> None:
+        """Move *pid* (0: the calling process), in each mount, into the first of *levels*
+        ``(rel, only)`` made there -- deepest first, each made with ``make(rel, only)``
+        (*only* None: in every controller; the last level's must be None). v2 has one
+        tree: the first level."""
         value = str(pid or os.getpid())
-        targets = self._targets(_norm(rel), only, _norm(elsewhere or rel))
-        for d in targets:
+        for d in self._targets([(_norm(rel), only) for rel, only in levels]):
             self._write(os.path.join(d, "cgroup.procs"), value)
 
-    def _targets(self, rel: str, only, elsewhere: str) -> list[str]:
+    def _targets(self, levels: list[tuple[str, Any]]) -> list[str]:
+        return self._dirs(levels[0][0])  # one tree (v2): *only* does not apply
+
+    def _dirs_of(self, rel: str, only) -> list[str]:
+        """:meth:`_dirs` of *rel* where ``make(rel, only)`` made it."""
         return self._dirs(rel)  # one tree (v2): *only* does not apply
 
     def set_pids_max(self, rel: str, n: int | None) -> None:
@@ -311,14 +322,15 @@ class Hierarchy:
             if frozen:
                 self._freeze(rel, False)
 
-    def try_remove(self, rel: str) -> bool:
-        """rmdir *rel* itself in every controller, once, without waiting: True when it is gone
-        everywhere (absent included); False when it still has a process or a child cgroup
-        somewhere (then :meth:`remove` or :meth:`kill_all` is needed; it may be gone from
-        some controllers already).  The cheap path for a cgroup whose owner has already
-        emptied and cleared it: no walk, no sleep."""
+    def try_remove(self, rel: str, only=None) -> bool:
+        """rmdir *rel* itself in every controller (*only*: where ``make(rel, only)`` made
+        it), once, without waiting: True when it is gone everywhere (absent included); False
+        when it still has a process or a child cgroup somewhere (then :meth:`remove` or
+        :meth:`kill_all` is needed; it may be gone from some controllers already).  The
+        cheap path for a cgroup whose owner has already emptied and cleared it: no walk, no
+        sleep."""
         gone = True
-        for top in self._dirs(_norm(rel)):
+        for top in self._dirs_of(_norm(rel), only):
             gone = _rmdir_now(top) and gone
         return gone
 
@@ -406,9 +418,13 @@ class V1Hierarchy(Hierarchy):
         mine = {self.mounts[c] for c in only if c in self.mounts}
         return [m for m in self._unique if m in mine]
 
-    def _targets(self, rel: str, only, elsewhere: str) -> list[str]:
-        inside = set(self._mounts_of(only))
-        return [os.path.join(m, rel if m in inside else elsewhere) for m in self._unique]
+    def _targets(self, levels):
+        made = [(rel, set(self._mounts_of(only))) for rel, only in levels]
+        return [os.path.join(m, next(rel for rel, mounts in made if m in mounts))
+                for m in self._unique]
+
+    def _dirs_of(self, rel, only):
+        return [os.path.join(m, rel) for m in self._mounts_of(only)]
 
     def _make_levels(self, mount: str, levels: list[str]) -> None:
         """mkdir the leaf, going up only while the parent is missing (one mkdir when just
@@ -1110,7 +1126,7 @@ def populated(hier: Hierarchy, rel: str) -> bool:
         if isinstance(hier, V1Hierarchy) and "pids" in hier.mounts:
             return int(_read(os.path.join(hier.mounts["pids"], rel, "pids.current"))) > 0
     except (CgroupError, ValueError):
-        if not os.path.isdir(hier._dirs(rel)[0]):
+        if not any(os.path.isdir(d) for d in hier._dirs(rel)):
             return False
     return bool(hier.procs(rel))
 

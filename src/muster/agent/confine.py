@@ -20,8 +20,10 @@ Tree, one per emulated node (two clusters, or two nodes of one agent, never shar
     <hierarchy base>/muster_<node>_<h8>/job_<J>/step_<S>/task_<K>
 
 ``h8`` is 8 hex digits of a hash of the node's spool directory; ``S`` is ``batch`` or the
-step number. On v1, ``task_K`` is made in the memory and cpuacct hierarchies only
-(:data:`TASK_CONTROLLERS`); in the others a task sits in its step's cgroup. The job cgroup
+step number. On v1, ``step_S`` is made in the memory, cpuacct, freezer and pids hierarchies
+only (:data:`STEP_CONTROLLERS`), ``task_K`` in memory and cpuacct only
+(:data:`TASK_CONTROLLERS`); elsewhere a task sits in the deepest level made there (its
+step's cgroup, or in cpuset and devices its job's, which holds the limits). The job cgroup
 holds the limits; it is made by the agent before the job's first
 supervisor or step daemon starts on the node (:meth:`AgentConfinement.prepare`: a failure
 fails that launch, with the reason) and removed when the last of them has ended
@@ -66,6 +68,12 @@ DAEMON_OOM_ADJ = -1000
 # others a task joins its step's cgroup -- the limits are the job's, the kill is the step's,
 # and each v1 cgroup costs a mkdir and an rmdir (~40 us of kernel each) per job
 TASK_CONTROLLERS = frozenset(("memory", "cpuacct"))
+# v1: the controllers with a step_S level -- those that give a step something of its own:
+# its OOM kills and usage (memory, cpuacct), a kill no fork escapes (freezer) and a cheap
+# "anything left?" (pids.current). In cpuset and devices a step's tasks sit in the job's
+# cgroup, which holds the limits: a step level there held nothing and cost ~0.6 ms of
+# kernel time per job (the cpuset's mkdir copies cpus and mems, its rmdir waits for RCU)
+STEP_CONTROLLERS = frozenset(("memory", "cpuacct", "freezer", "pids"))
 TASK_OOM_ADJ = 0
 JOB_KILL_TIMEOUT = 10.0
 MB = 1024 * 1024
@@ -531,10 +539,15 @@ class StepCgroup:
         self.job_id, self.step = job_id, str(step_name)
         self.rel = self.nc.step_rel(job_id, self.step)
         self.hier = self.nc.hier
-        self.hier.make(self.rel)
+        ctrls = self.hier.controllers
+        # (v2 has one tree: every level is made in it whatever these say)
+        self.step_only = STEP_CONTROLLERS if STEP_CONTROLLERS & ctrls else None
+        self.only = TASK_CONTROLLERS if TASK_CONTROLLERS & ctrls else self.step_only
+        self.hier.make(self.rel, self.step_only)
         self.home = cg.whereabouts(self.hier)  # where this daemon lives, to come back to
         self.made: set[int] = set()  # task cgroups made (removed leaf-first at the end)
-        self.only = TASK_CONTROLLERS if TASK_CONTROLLERS & self.hier.controllers else None
+        # where a task is placed, per mount: the deepest level made there
+        self.levels = [(self.rel, self.step_only), (self.nc.job_rel(job_id), None)]
 
     @classmethod
     def for_launch(cls, L: dict, step_name) -> StepCgroup | None:
@@ -552,7 +565,7 @@ class StepCgroup:
             self.hier.make(rel, self.only)
             self.made.add(k)
         try:  # a failed attach may have moved us in some controllers: back in all of them
-            self.hier.attach(rel, only=self.only, elsewhere=self.rel)
+            self.hier.attach_levels([(rel, self.only), *self.levels])
             yield rel
         finally:
             cg.go_back(self.home)
@@ -607,8 +620,8 @@ class StepCgroup:
         """The task cgroups this daemon made, then the step's: one rmdir each per controller
         when they are empty (the usual case, after :meth:`kill`); else the full removal
         (walk, EBUSY retried)."""
-        gone = all([self.hier.try_remove(self.task_rel(k)) for k in sorted(self.made)])
-        if not (gone and self.hier.try_remove(self.rel)):
+        gone = all([self.hier.try_remove(self.task_rel(k), self.only) for k in sorted(self.made)])
+        if not (gone and self.hier.try_remove(self.rel, self.step_only)):
             self.hier.remove(self.rel)
 
 
