@@ -6,9 +6,11 @@ and scontrol run against the reference cluster)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
+import sys
 
 import pytest
 
@@ -131,6 +133,13 @@ def test_sdiag_counts_rpcs_by_type_and_user_and_jobs(c):
     # agents' reports are counted too (a batch job's end: REQUEST_COMPLETE_BATCH_SCRIPT)
     assert a_types["REQUEST_COMPLETE_BATCH_SCRIPT"][1] >= 2
     assert value(after, "Total cycles") > 0 and value(after, "Max cycle") >= 0
+    # the raw diag adds each operation's recent handling times (controller.looplag)
+    r = c.run([sys.executable, "-c", "import json; from muster.cli.client import call; "
+               "print(json.dumps(call({'op': 'diag'})['request_times']))"])
+    assert r.rc == 0, r.err
+    times = json.loads(r.out)
+    assert times["submit"]["samples"] >= 2, times
+    assert 0 < times["submit"]["p50_ms"] <= times["submit"]["max_ms"] <= times["submit"]["worst_ms"]
 
 
 def test_sdiag_sort_orders(c):

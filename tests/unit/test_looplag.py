@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from muster.controller.looplag import LoopLag
+from muster.controller.looplag import LoopLag, RequestTimes
 
 
 def test_report_gives_the_lag_of_the_recent_window():
@@ -41,3 +41,27 @@ def test_a_stalled_loop_shows_as_lag():
     asyncio.run(scenario())
     rep = lag.report()
     assert rep["max_ms"] >= 40 and rep["samples"] >= 2
+
+
+def test_request_times_are_kept_per_known_operation_over_the_window():
+    t = [500.0]
+    rt = RequestTimes({"submit", "jobs"}, clock=lambda: t[0])
+    for i in range(100):
+        rt.note("submit", 0.002 if i != 7 else 0.150)
+    rt.note("jobs", 0.030)
+    for i in range(50):
+        rt.note(f"made-up-{i}", 1.0)  # names a client invents get no window
+    rt.note(None, 1.0)
+    rep = rt.report(window_s=20)
+    assert set(rep) == {"submit", "jobs"} and set(rt.ops) == {"submit", "jobs"}
+    assert rep["submit"]["samples"] == 100 and rep["submit"]["p50_ms"] == 2.0
+    assert rep["submit"]["p99_ms"] == 150.0 and rep["submit"]["max_ms"] == 150.0
+    assert rep["jobs"] == {"window_s": 20, "samples": 1, "worst_ms": 30.0, "p50_ms": 30.0,
+                           "p99_ms": 30.0, "max_ms": 30.0}
+    t[0] += 30  # all of it older than the window: nothing recent to report
+    assert rt.report(window_s=20) == {}
+    rt.note("jobs", 0.001)
+    assert rt.report(window_s=20)["jobs"]["worst_ms"] == 30.0  # since start
+    rt.reset()
+    rt.note("jobs", 0.001)
+    assert rt.report(window_s=20)["jobs"]["worst_ms"] == 1.0

@@ -278,6 +278,8 @@ def diag(ctl, msg, uid, gid):
             "gc": ctl.gc_watch.report(),  # the collector's pauses (controller.gcwatch)
             # the loop's stalls over the last 20 s (controller.looplag)
             "loop_lag": ctl.loop_lag.report(),
+            # per operation, from its handling's start to its reply written (same window)
+            "request_times": ctl.request_times.report(),
             "passes": list(ctl.passes.log)}  # recent scheduling passes (controller.passes)
 
 
@@ -287,6 +289,7 @@ def diag_reset(ctl, msg, uid, gid):
         raise AccessDenied()
     ctl.diag.reset(now())
     ctl.loop_lag.reset()
+    ctl.request_times.reset()
     log.info("sdiag statistics reset by uid %d", uid)
     return {}
 

@@ -46,7 +46,7 @@ from muster.common.wire import MAX_FRAME
 from muster.controller import api_ops, diag, idempotency, ops, reconfig
 from muster.controller.faults import crash_point
 from muster.controller.gcwatch import GcWatch
-from muster.controller.looplag import LoopLag
+from muster.controller.looplag import LoopLag, RequestTimes
 from muster.controller.passes import PassRunner
 from muster.controller.state import ClusterState, identity, now
 from muster.controller.steps import node_alloc
@@ -147,6 +147,7 @@ class Controller:
         self.diag = diag.Diag(self)  # sdiag's statistics, setdebug/setdebugflags
         self.gc_watch = GcWatch()  # the collector: its pauses (diag), what it walks
         self.loop_lag = LoopLag()  # how late the loop runs what is due (diag)
+        self.request_times = RequestTimes(ops.OPS)  # per operation, handling to reply (diag)
         self._servers: list[asyncio.base_events.Server] = []
         self._conns = 0  # Unix connections of plain users
         self._user_conns: dict[int, int] = {}
@@ -460,6 +461,7 @@ class Controller:
                     break
                 if msg is None:
                     break
+                t0 = time.perf_counter()
                 reply = self.dispatch(msg, uid, gid, conn)
                 if asyncio.iscoroutine(reply):
                     reply = await reply
@@ -472,6 +474,7 @@ class Controller:
                 for data in pieces:
                     writer.write(data)
                 await writer.drain()
+                self.request_times.note(msg.get("op"), time.perf_counter() - t0)
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
