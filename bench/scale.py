@@ -14,8 +14,9 @@ by one musterd process):
    each distinct shape is built once by ``muster.cli.jobopts.parse_sbatch``);
 3. idle latency: ``squeue`` (default format, all 10,000 jobs) and ``sbatch -H --wrap true``,
    interleaved, ``rounds`` calls each, with ``python -S -c pass`` (no controller: the
-   machine's own share of a tail) and the controller's own handling times (``diag``). Held jobs stay out of the scheduler's snapshot, so the
-   controller's passes are near-empty: this is the queue at rest;
+   machine's own share of a tail) and the controller's own handling times (``diag``).
+   Held jobs stay out of the scheduler's snapshot, so the controller's passes are
+   near-empty: this is the queue at rest;
 4. release all (one ``release`` request): scheduling starts, jobs start and end, and the same
    calls are timed again while it goes on ("during scheduling");
 5. the controller's pass log (``diag`` op, ``passes``: the recent passes with their time on

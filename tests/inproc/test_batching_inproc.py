@@ -70,6 +70,46 @@ def test_ends_in_one_turn_are_one_commit_and_acked_after_it(ip):
     assert acked_when == {j: "COMPLETED" for j in jids}  # every ack after the commit
 
 
+def test_a_long_batch_is_applied_in_slices_with_requests_between(ip, monkeypatch):
+    """Past AGENT_SLICE_S the rest of a batch waits for the loop's next turn, after what came
+    meanwhile: here a squeue-like request. Each slice is its own commit, its acks after it;
+    the order of the reports is kept."""
+    monkeypatch.setattr(server, "AGENT_SLICE_S", 0.0)  # one frame a slice
+    jids = running_jobs(ip, 4)
+    order: list = []
+    orig = ip.ctl.on_agent_message
+
+    def spy(n, link, msg):
+        order.append(("report", msg["job_id"]))
+        return orig(n, link, msg)
+    ip.ctl.on_agent_message = spy
+    acked_when: dict[int, str | None] = {}
+    for agent in ip.agents.values():
+        def send(msg, _orig=agent.send):
+            if msg.get("op") == "ack":
+                acked_when[msg["job_id"]] = committed_state(ip, msg["job_id"])
+            return _orig(msg)
+        agent.send = send
+    commits = count_commits(ip)
+
+    async def turns():
+        for j in jids:
+            node, msg = ended(ip, j)
+            ip.ctl.queue_agent_message(ip.ctl.state.nodes[node], ip.agents[node], msg, 0)
+        await asyncio.sleep(0)  # the first slice
+        order.append(("request", [ip.ctl.state.jobs[j].state for j in jids]))
+        for _ in range(len(jids) + 2):
+            await asyncio.sleep(0)
+    asyncio.run(turns())
+    assert [o[1] for o in order if o[0] == "report"] == jids  # in arrival order
+    kinds = [o[0] for o in order]
+    assert kinds.index("request") == 1  # between the first slice and the rest
+    assert order[1][1] == ["COMPLETED", "RUNNING", "RUNNING", "RUNNING"]
+    assert len(commits) == len(jids)  # a commit per slice
+    assert acked_when == {j: "COMPLETED" for j in jids}  # each ack after its slice's commit
+    assert not ip.ctl._agent_batch
+
+
 def test_other_reports_keep_their_order_and_their_own_handling(ip):
     jid = running_jobs(ip, 1)[0]
     node = ip.job(jid).batch_host
