@@ -184,7 +184,7 @@ def _lag_rows(w: dict) -> list[dict]:
 
 def _request_rows(w: dict) -> list[dict]:
     """The controller's own time per request (diag ``request_times``: from its handling's
-    start to its reply written) over the last 20 s of each phase, beside the commands'
+    start to its reply handed to the socket) over the last 20 s of each phase, beside the commands'
     latencies: what of a command's tail is the controller's."""
     rows = []
     idle, busy = w.get("req_idle") or {}, w.get("req_busy") or {}

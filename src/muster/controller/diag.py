@@ -278,7 +278,7 @@ def diag(ctl, msg, uid, gid):
             "gc": ctl.gc_watch.report(),  # the collector's pauses (controller.gcwatch)
             # the loop's stalls over the last 20 s (controller.looplag)
             "loop_lag": ctl.loop_lag.report(),
-            # per operation, from its handling's start to its reply written (same window)
+            # per operation, from its handling's start to its reply handed to the socket
             "request_times": ctl.request_times.report(),
             "passes": list(ctl.passes.log)}  # recent scheduling passes (controller.passes)
 

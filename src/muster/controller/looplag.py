@@ -5,7 +5,8 @@ Every request is handled on the one event loop, so a request that arrives while 
 busy (a slice of a pass applied, a collection, a large ``squeue`` reply built) waits until it
 is free. :class:`LoopLag` measures that wait directly: a task asks to be woken every
 ``PERIOD_S`` and records how late it is woken (the loop's lag). :class:`RequestTimes` keeps,
-per operation, the time from the start of its handling to its reply written out. Their recent
+per operation, the time from the start of its handling to its reply handed to the socket
+(not the client's reading of it). Their recent
 samples give medians, p99s and maxima — what ``diag`` reports and ``bench/scale.py`` prints
 next to the commands' own latencies, so a slow command can be told apart from a stalled loop
 or a slow handler (a command that is slow while neither is waited for the CPU, in its own
@@ -72,8 +73,8 @@ class LoopLag(Window):
 
 class RequestTimes:
     """Per operation, a :class:`Window` of its requests' handling times (from the handler's
-    start to the reply written out; an operation that waits, such as an allocation, counts
-    its wait). Operations are the wire's names; unknown ones are not kept (a client could
+    start to the reply handed to the socket; an operation that waits, such as an allocation,
+    counts its wait). Operations are the wire's names; unknown ones are not kept (a client could
     otherwise make a window per name it invents)."""
 
     KEEP = 2000  # per operation

@@ -477,8 +477,10 @@ class Controller:
                                            "error": "Unexpected controller error"})]
                 for data in pieces:
                     writer.write(data)
-                await writer.drain()
+                # the reply is made and handed to the socket: what follows is the client's
+                # reading (a 10,000-row squeue fills the socket's buffer several times)
                 self.request_times.note(msg.get("op"), time.perf_counter() - t0)
+                await writer.drain()
         except (ConnectionError, OSError, asyncio.IncompleteReadError):
             pass
         finally:
