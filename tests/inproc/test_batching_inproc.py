@@ -110,6 +110,39 @@ def test_a_long_batch_is_applied_in_slices_with_requests_between(ip, monkeypatch
     assert not ip.ctl._agent_batch
 
 
+def test_a_failing_slice_keeps_the_committed_ones_and_resets_the_rest(ip, monkeypatch):
+    """Slices before the failing one stay committed (and acknowledged); the failing one is
+    rolled back, and the links of every frame still queued are reset (their agents report
+    again), none of them applied."""
+    monkeypatch.setattr(server, "AGENT_SLICE_S", 0.0)  # one frame a slice
+    a, b, c = running_jobs(ip, 3)
+    orig = server.Controller.job_ended
+    calls = []
+
+    def flaky(self, node, res):
+        calls.append(res.job_id)
+        if res.job_id == b:
+            raise RuntimeError("boom")
+        return orig(self, node, res)
+    monkeypatch.setattr(server.Controller, "job_ended", flaky)
+
+    async def turns():
+        for j in (a, b, c):
+            node, msg = ended(ip, j)
+            ip.ctl.queue_agent_message(ip.ctl.state.nodes[node], ip.agents[node], msg, 0)
+        for _ in range(5):
+            await asyncio.sleep(0)
+    asyncio.run(turns())
+    assert calls == [a, b]  # c was never applied
+    assert committed_state(ip, a) == "COMPLETED"
+    acks = [m["job_id"] for ag in ip.agents.values() for m in ag.sent if m.get("op") == "ack"]
+    assert acks == [a]
+    assert committed_state(ip, b) == "RUNNING" and committed_state(ip, c) == "RUNNING"
+    assert ip.agents[ip.job(b).batch_host].writer.closed
+    assert ip.agents[ip.job(c).batch_host].writer.closed
+    assert not ip.ctl._agent_batch
+
+
 def test_other_reports_keep_their_order_and_their_own_handling(ip):
     jid = running_jobs(ip, 1)[0]
     node = ip.job(jid).batch_host
