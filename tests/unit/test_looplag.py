@@ -52,6 +52,8 @@ def test_request_times_are_kept_per_known_operation_over_the_window():
     for i in range(50):
         rt.note(f"made-up-{i}", 1.0)  # names a client invents get no window
     rt.note(None, 1.0)
+    rt.note({"op": "submit"}, 1.0)  # unhashable: what a hostile client may send as "op"
+    rt.note(["jobs"], 1.0)
     rep = rt.report(window_s=20)
     assert set(rep) == {"submit", "jobs"} and set(rt.ops) == {"submit", "jobs"}
     assert rep["submit"]["samples"] == 100 and rep["submit"]["p50_ms"] == 2.0

@@ -85,7 +85,7 @@ class RequestTimes:
         self.ops: dict[str, Window] = {}
 
     def note(self, op, seconds: float) -> None:
-        if op not in self.known:
+        if type(op) is not str or op not in self.known:  # any JSON value may come as "op"
             return
         w = self.ops.get(op)
         if w is None:
