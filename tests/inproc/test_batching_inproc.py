@@ -13,6 +13,13 @@ import pytest
 from muster.controller import server
 
 
+@pytest.fixture(autouse=True)
+def whole_batches(monkeypatch):
+    """A batch is one slice unless a test says otherwise: slices end after AGENT_SLICE_S of
+    wall time, which a loaded machine can spend on a handful of frames."""
+    monkeypatch.setattr(server, "AGENT_SLICE_S", 60.0)
+
+
 def committed_state(ip, job_id: int) -> str | None:
     """The job's state as committed in the store, read through a connection of its own
     (which sees nothing of a transaction still open)."""
