@@ -71,8 +71,8 @@ TASK_CONTROLLERS = frozenset(("memory", "cpuacct"))
 # v1: the controllers with a step_S level -- those that give a step something of its own:
 # its OOM kills and usage (memory, cpuacct), a kill no fork escapes (freezer) and a cheap
 # "anything left?" (pids.current). In cpuset and devices a step's tasks sit in the job's
-# cgroup, which holds the limits: a step level there held nothing and cost ~0.6 ms of
-# kernel time per job (the cpuset's mkdir copies cpus and mems, its rmdir waits for RCU)
+# cgroup, which holds the limits: a step level there held nothing and cost ~0.2-0.5 ms of
+# CPU per job (the cpuset's mkdir also copies cpus and mems; docs/design.md, "Confinement")
 STEP_CONTROLLERS = frozenset(("memory", "cpuacct", "freezer", "pids"))
 TASK_OOM_ADJ = 0
 JOB_KILL_TIMEOUT = 10.0

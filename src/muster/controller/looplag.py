@@ -6,11 +6,10 @@ busy (a slice of a pass applied, a collection, a large ``squeue`` reply built) w
 is free. :class:`LoopLag` measures that wait directly: a task asks to be woken every
 ``PERIOD_S`` and records how late it is woken (the loop's lag). :class:`RequestTimes` keeps,
 per operation, the time from the start of its handling to its reply handed to the socket
-(not the client's reading of it). Their recent
-samples give medians, p99s and maxima — what ``diag`` reports and ``bench/scale.py`` prints
-next to the commands' own latencies, so a slow command can be told apart from a stalled loop
-or a slow handler (a command that is slow while neither is waited for the CPU, in its own
-process: starting Python, say).
+(not the client's reading of it). Their recent samples give medians, p99s and maxima — what
+``diag`` reports and ``bench/scale.py`` prints next to the commands' own latencies, so a slow
+command can be told apart from a stalled loop or a slow handler (a command that is slow
+while neither is waited for the CPU, in its own process: starting Python, say).
 
 Cost: one wake-up every 5 ms, a few microseconds each (<0.2 % of a core); two clock reads and
 a deque append per request.
