@@ -36,6 +36,7 @@ import struct
 import time
 from typing import Any
 
+from muster.common import mountinfo as mountinfo_entries
 from muster.common.hostlist import int_ranges
 
 __all__ = [
@@ -973,22 +974,10 @@ def bpf_device_filter_supported() -> bool:
 # discovery
 
 
-def _cgroup_mount_entries(mountinfo: str) -> list[tuple[str, str, list[str], list[str]]]:
+def _cgroup_mount_entries(mountinfo: str) -> list[mountinfo_entries.Entry]:
     """(mount point, fs type, per-mount options, superblock options in their order) of every
     cgroup/cgroup2 line of *mountinfo*; [] when it cannot be read."""
-    out: list[tuple[str, str, list[str], list[str]]] = []
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        head, sep, tail = line.partition(" - ")
-        fields, rest = head.split(), tail.split()
-        if sep and len(fields) >= 6 and len(rest) >= 3 and rest[0] in ("cgroup", "cgroup2"):
-            point = fields[4].encode().decode("unicode_escape")  # \040 etc.
-            out.append((point, rest[0], fields[5].split(","), rest[2].split(",")))
-    return out
+    return [e for e in mountinfo_entries.entries(mountinfo) if e[1] in ("cgroup", "cgroup2")]
 
 
 def _mounts(mountinfo: str = "/proc/self/mountinfo") -> list[tuple[str, str, set[str]]]:

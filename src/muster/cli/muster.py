@@ -484,18 +484,11 @@ RUNTIME_BASES = ("XDG_RUNTIME_DIR", "/dev/shm")  # where a local cluster's spool
 
 def _fstype(path: str) -> str | None:
     """The file system type of the mount that holds ``path`` (/proc/self/mountinfo)."""
+    from muster.common import mountinfo
     real, best, kind = os.path.realpath(path), "", None
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                fields = line.split()
-                if " - " not in line or len(fields) < 5:
-                    continue
-                mnt = fields[4].encode().decode("unicode_escape")  # \040 and the like
-                if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
-                    best, kind = mnt, line.split(" - ", 1)[1].split()[0]
-    except OSError:
-        return None
+    for mnt, fstype, _opts, _sup in mountinfo.entries():
+        if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+            best, kind = mnt, fstype
     return kind
 
 
@@ -555,15 +548,20 @@ def _spool_template(state: str) -> str:
     while True:
         target = os.path.join(base, f"muster-{secrets.token_hex(8)}")
         try:
-            os.mkdir(target, 0o711)
+            _make_spool_root(target)
             break
         except FileExistsError:
             continue
         except OSError:
             return on_disk
-    os.chmod(target, 0o711)
     os.symlink(target, link)
     return os.path.join(target, "%n")
+
+
+def _make_spool_root(path: str) -> None:
+    """mkdir ``path`` 0711 whatever the umask (FileExistsError when it exists)."""
+    os.mkdir(path, 0o711)
+    os.chmod(path, 0o711)
 
 
 def _relink_runtime_spool(state: str, cfg) -> None:
@@ -577,8 +575,7 @@ def _relink_runtime_spool(state: str, cfg) -> None:
             or os.path.dirname(root) != _runtime_base():
         return
     try:
-        os.mkdir(root, 0o711)
-        os.chmod(root, 0o711)
+        _make_spool_root(root)
     except FileExistsError:
         pass
     except OSError:
