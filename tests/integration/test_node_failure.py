@@ -93,6 +93,33 @@ def test_no_requeue_job_ends_node_fail_and_srun_reports(c):
              timeout=30, what="nodes back")
 
 
+def test_srun_learns_of_a_node_that_died_before_its_step_connected(c):
+    """The node's agent stops before it launches the step (SIGSTOP), then the host dies: no
+    step daemon ever connects to srun. srun asks the controller about a node that stays quiet,
+    so it reports the failure once the node is declared DOWN, not at its 60 s connect limit."""
+    agent = c.pids()["agents"]["node2"]
+    os.kill(agent, signal.SIGSTOP)
+    try:
+        srun = subprocess.Popen(["srun", "-w", "node2", "sleep", "600"], env=c.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        wait_for(lambda: c.run(["squeue", "-h", "-w", "node2", "-o", "%i"]).out.strip(),
+                 what="srun job allocated")
+        t0 = time.time()
+        kill_node(c, "node2")
+    finally:
+        try:
+            os.kill(agent, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    out, err = srun.communicate(timeout=40)
+    took = time.time() - t0
+    assert srun.returncode != 0
+    assert "Node failure on node2" in err, err
+    assert took < 20, took
+    restart_agent(c, "node2")
+    wait_for(lambda: node_state(c, "node2") == "idle", timeout=30, what="node2 back")
+
+
 def test_returning_node_kills_leftovers_of_requeued_job(c):
     """A node that was only cut off (agent dead, job processes still alive) is declared DOWN,
     its job requeued elsewhere; when the agent returns it learns the job is gone and kills the

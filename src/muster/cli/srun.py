@@ -1270,6 +1270,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
                 sio.signal_tasks(signal.SIGKILL)
 
     connect_deadline = time.time() + float(os.environ.get("MUSTER_STEP_CONNECT_TIMEOUT", "60"))
+    quiet_check_after = time.time() + 2.0  # a launch normally connects well within this
     next_check = next_lease_check = 0.0
     if term is not None:
         term.raw()  # restored below, or by _main's finally whatever happens
@@ -1295,11 +1296,15 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
             else:
                 sio.signal_tasks(sig)
         connected = sio.claimed | sio.done_nodes | sio.suspect
-        if connected < sio.expected_nodes and time.time() > connect_deadline:
-            sio.suspect |= sio.expected_nodes - connected
-        if sio.suspect and time.time() >= next_check:
-            # a node's stream broke: only the controller decides whether the node failed
-            next_check = time.time() + 0.5
+        unconnected = sio.expected_nodes - connected
+        if unconnected and time.time() > connect_deadline:
+            sio.suspect |= unconnected
+            unconnected = set()
+        if (sio.suspect or (unconnected and time.time() >= quiet_check_after)) \
+                and time.time() >= next_check:
+            # a node's stream broke, or has not come yet (its daemon may have died with the
+            # node before it connected): only the controller decides whether the node failed
+            next_check = time.time() + (0.5 if sio.suspect else 1.0)
             try:  # (no riding out a restart here: the loop must go on; keep_lease does)
                 st = ctl.call({"op": "step_status", "job_id": job_id, "step_id": reply["step_id"]},
                               retry=0)
@@ -1308,7 +1313,7 @@ def _run_step(ctl, job_id: int, inv: Invocation, step_env: dict, inside: bool, q
             for n in st.get("down_nodes", []):
                 sio.lost_nodes.add(n)
             if not st.get("running"):
-                sio.lost_nodes |= sio.suspect - sio.done_nodes
+                sio.lost_nodes |= (sio.suspect | unconnected) - sio.done_nodes
                 break
         report_lost()
         if time.time() >= next_lease_check:
