@@ -311,4 +311,24 @@ def run_main(prog: str, fn) -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         os._exit(0)
-    sys.exit(code or 0)
+    _exit(code or 0)
+
+
+def _exit(code: int) -> None:
+    """End the command without the interpreter's finalisation: freeing every module and
+    object one by one costs a short command ~1.5-2 ms of CPU (a tenth of an ``sbatch``),
+    and a tool that submits thousands of jobs pays it each time. What finalisation would do
+    that matters is done here: the standard streams flushed, ``atexit`` functions run
+    (logging's flush, among others). A command that started threads (salloc's watcher, any
+    that imports ``threading``) exits the normal way, which joins the non-daemon ones."""
+    if "threading" in sys.modules:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (BrokenPipeError, ValueError):  # a closed reader, or a closed stream
+            pass
+    import atexit
+    atexit._run_exitfuncs()
+    os._exit(code)
