@@ -69,6 +69,20 @@ def test_jobs_compare_by_identity_and_hash():
     assert b.to_store() == a.to_store()
 
 
+def test_copy_is_every_field_with_the_changes_interned():
+    a = Job(job_id=1, name="train", user="alice", alloc=(NodeAlloc("n1", 2, 10, (3,), 1),),
+            argv=("a", "b"), io_patterns=("o", None, "i"), priority=7)
+    b = a.copy()
+    assert all(getattr(b, n) is getattr(a, n) for n in jobmod._NAMES)
+    c = a.copy(job_id=2, array_task_id=5, name="".join(["ev", "al"]))
+    assert (c.job_id, c.array_task_id, c.name) == (2, 5, "eval")
+    assert c.name is Job(name="eval").name  # interned, as construction does
+    assert (a.job_id, a.array_task_id, a.name) == (1, None, "train")  # the original unchanged
+    assert c.to_store() == {**a.to_store(), "job_id": 2, "array_task_id": 5, "name": "eval"}
+    with pytest.raises(AttributeError):
+        a.copy(no_such_field=1)
+
+
 def test_unknown_field_is_refused():
     with pytest.raises(TypeError):
         Job(no_such_field=1)

