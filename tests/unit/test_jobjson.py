@@ -119,7 +119,7 @@ def test_a_large_raw_member_is_written_apart_and_frames_the_same(head, size):
     pieces = link.frames(obj)
     assert b"".join(bytes(p) for p in pieces) == bytes(link.encode(obj))
     assert len(pieces) == (3 if size > 1 << 16 else 1)
-    body = b"".join(bytes(p) for p in pieces)[wire.HEADER.size:]
+    body = b"".join(bytes(p) for p in pieces)[wire.HEADER_SIZE:]
     assert msgspec.json.decode(body) == {**head, "records": msgspec.json.decode(records)}
 
 
@@ -157,7 +157,7 @@ def test_recv_frame_hands_the_records_over_unread():
     body = reply({"ok": True, "now": 5}, tail)
     a, b = socket.socketpair()
     try:
-        t = threading.Thread(target=a.sendall, args=(wire.HEADER.pack(len(body)) + body,))
+        t = threading.Thread(target=a.sendall, args=(len(body).to_bytes(wire.HEADER_SIZE, "big") + body,))
         t.start()
         got = wire.recv_frame(b, raw="records")
         t.join()

@@ -230,7 +230,7 @@ class _Session:
                 body = await self.up.recv_body(wire.MAX_CLIENT_REPLY)
                 if body is None:
                     break
-                self.writer.write(wire.HEADER.pack(len(body)) + body)
+                self.writer.write(len(body).to_bytes(wire.HEADER_SIZE, "big") + body)
                 await self.writer.drain()
                 if len(body) < 256 and _STANDBY_MARK in body:
                     break

@@ -26,12 +26,16 @@ import asyncio
 import ctypes
 import ctypes.util
 import logging
+import struct
 import time
 
 import msgspec
 
 from muster.common import linkauth
-from muster.common.wire import HEADER, MAX_FRAME
+from muster.common.wire import HEADER_SIZE, MAX_FRAME
+
+HEADER = struct.Struct(">I")  # wire's length prefix, as a Struct (pack_into)
+assert HEADER.size == HEADER_SIZE
 
 log = logging.getLogger("muster.netio")
 
