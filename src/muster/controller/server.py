@@ -208,8 +208,8 @@ class Controller:
             t.cancel()
         if handlers_left:
             await asyncio.wait(handlers_left, timeout=2)
-        while self._agent_batch:  # what the agents reported last, before the store closes
-            self.apply_agent_messages(whole=True)
+        # what the agents reported last, before the store closes
+        self.apply_agent_messages(whole=True)
         self.state.store.close()
 
     def request_schedule(self) -> None:
@@ -673,8 +673,7 @@ class Controller:
         seconds were 2,000 commits. Any other report is handled at once, after the queued
         ones (each agent's reports keep their order)."""
         if not (isinstance(msg, dict) and msg.get("op") in BATCHED_REPORTS):
-            while self._agent_batch:  # every queued one first, in order
-                self.apply_agent_messages(whole=True)
+            self.apply_agent_messages(whole=True)  # every queued one first, in order
             t0 = time.perf_counter()
             self.on_agent_message(node, agent, msg)
             self.diag.agent_message(node.name, uid, msg, time.perf_counter() - t0)
