@@ -5,11 +5,13 @@ priorities), ends (early, on time, or after the estimated end, so stale estimate
 exercised), passes — is fed to :class:`muster.core.pooled.PooledScheduler` as deltas and,
 at every pass, to ``schedule()`` as a full snapshot built independently by the test. The
 starts (job, allocation, Main/Backfill label, in order) and the EASY reservation (job and
-expected start) must be identical.
+expected start) must be identical; with several reservations (conservative, ``bf_depth``
+None, 0, 2, 3), the reservations of every job the pass looked at.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from unittest import mock
 
@@ -18,8 +20,9 @@ from hypothesis import strategies as st
 
 from muster.core import JobView, NodeView, PartitionView, RunningView, SchedConfig, Snapshot
 from muster.core import pooled as pooled_mod
+from muster.core import priority as prio
 from muster.core.pooled import PooledScheduler
-from muster.core.schedule import schedule
+from muster.core.schedule import order_key, schedule
 
 from incremental import assert_same_pass, ending, history_config, started
 
@@ -54,6 +57,17 @@ def test_pooled_equals_schedule(h):
         check_history(*h[:-1])
 
 
+@settings(max_examples=600, deadline=None)
+@given(histories(), st.sampled_from([None, None, 0, 2, 3]))
+def test_pooled_with_several_reservations_equals_schedule(h, depth):
+    """Conservative backfill (a reservation for every waiting job) and other depths: the
+    carved profile, its early stop and its resumed passes make ``schedule()``'s starts."""
+    cpus, max_time, cfg, seed, steps, block = h
+    cfg = dataclasses.replace(cfg, backfill=True, bf_depth=depth)
+    with mock.patch.object(pooled_mod, "_BLOCK", block):
+        check_history(cpus, max_time, cfg, seed, steps)
+
+
 def check_history(cpus, max_time, cfg, seed, steps):
     rng = random.Random(seed)
     node = NodeView(name="n0", index=0, partitions=frozenset({"p"}), cpus=cpus, cpus_free=cpus,
@@ -85,8 +99,11 @@ def check_history(cpus, max_time, cfg, seed, steps):
         want = schedule(snap, cfg)
         got = pooled.schedule(now)
         passes += 1
-        reserved_seen += assert_same_pass(got, want, pooled.reservation, now, snap,
-                                          named=False)
+        if cfg.backfill and cfg.bf_depth != 1:
+            reserved_seen += assert_same_reservations(pooled, got, want, pending, cfg, now)
+        else:
+            reserved_seen += assert_same_pass(got, want, pooled.reservation, now, snap,
+                                              named=False)
         for s in got:
             running[s.job_id] = started(rng, s, pending.pop(s.job_id), now)
             free -= s.allocation.nodes[0].cpus
@@ -97,6 +114,22 @@ def check_history(cpus, max_time, cfg, seed, steps):
     event(f"reservations: {'some' if reserved_seen else 'none'}")
     event(f"starts: {'some' if starts_seen else 'none'}")
     event(f"backfill starts: {'some' if backfilled else 'none'}")
+
+
+def assert_same_reservations(pooled, got, want, pending, cfg, now) -> bool:
+    """Several reservations: the same starts, and the reservations of the jobs up to the
+    last one the pooled pass looked at (it stops where no later job could start now) are
+    ``want``'s. True when there is one."""
+    assert [(s.job_id, s.allocation, s.scheduler) for s in got] == \
+        [(s.job_id, s.allocation, s.scheduler) for s in want.starts], now
+    looked = pooled.looked
+
+    def key(j):
+        return order_key(prio.static_priority(pending[j], cfg), pending[j])
+    want_res = {j: want.expected_start[j] for j in want.sched_nodes
+                if looked is not None and key(j) <= looked}
+    assert pooled.expected == want_res, now
+    return bool(want_res)
 
 
 def test_histories_exercise_reservations_and_backfill():
@@ -137,8 +170,11 @@ def test_scope_is_explained():
     part = PartitionView(name="p", node_names=("n0",))
     easy = SchedConfig(backfill=True, bf_depth=1, bf_max_job_test=0)
     assert PooledScheduler.unsupported([node], [part], easy) is None
-    assert "EASY" in PooledScheduler.unsupported(
-        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=0))
+    # conservative (and any other depth) plans on a profile: in scope; a test budget is not
+    assert PooledScheduler.unsupported(
+        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=0)) is None
+    assert "test budget" in PooledScheduler.unsupported(
+        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=100))
     assert "multifactor" in PooledScheduler.unsupported(
         [node], [part], SchedConfig(priority_type="multifactor", weight_age=10))
     # multifactor without weights (Slurm 23.11's default) and priority/basic depend on the job

@@ -1,4 +1,5 @@
-"""Incremental main scheduler and EASY backfill for one node of fungible processors.
+"""Incremental main scheduler and backfill (EASY, conservative) for one node of fungible
+processors.
 
 :func:`muster.core.schedule.schedule` rebuilds everything from a snapshot every pass: the
 ordered queue, a per-node free-resource timeline from the running jobs, the searches. For
@@ -12,12 +13,12 @@ Scope (:meth:`PooledScheduler.unsupported` and :meth:`PooledScheduler.admit` say
 one usable node with no GPUs, one UP partition, a priority of the job alone
 (:func:`muster.core.priority.static`: none, basic, or multifactor without weights), queued
 in :func:`muster.core.schedule.order_key`'s order (nice breaks priority ties), no
-preemption, no job
-start limit, the main scheduler alone or backfill with one reservation (EASY: ``bf_depth``
-1) and no test budget (``bf_max_job_test`` 0); jobs on that partition only, one node, no
-GPUs, not exclusive, memory in proportion to CPUs (so memory binds exactly when CPUs do),
-no ``--time-min``/``-w``/``-x``/``--constraint``/``--deadline``/
-reservation/switches, not held, not an array. The simulator uses it when the whole trace
+preemption, no job start limit, the main scheduler alone or backfill with no test budget
+(``bf_max_job_test`` 0) and any number of reservations (EASY: ``bf_depth`` 1;
+conservative: None); jobs on that partition only, one node, no GPUs, not exclusive,
+memory in proportion to CPUs (so memory binds exactly when CPUs do), no
+``--time-min``/``-w``/``-x``/``--constraint``/``--deadline``/reservation/switches, not
+held, not an array. The simulator uses it when the whole trace
 fits the scope and the core's ``schedule()`` otherwise.
 
 Why the shortcuts are exact (the timeline semantics of :mod:`muster.core.backfill`):
@@ -42,9 +43,32 @@ Why the shortcuts are exact (the timeline semantics of :mod:`muster.core.backfil
   only grew), so the pass resumes from where the last one stopped and offers only the
   jobs submitted since.
 
-Equality with ``schedule()`` (starts, their allocations and labels, the reservation and its
-expected start) is a property test (tests/property/test_pooled_core.py), and the simulator
-replays are compared job by job with and without it.
+Several reservations (conservative, or any ``bf_depth`` but 1) need more than a shadow
+time: every waiting job's reservation shapes the profile the next one sees. The pass walks
+the queue on the one node's profile as :class:`~muster.core.timeline.Timeline` holds it
+(breakpoints and free CPUs, starts and reservations carved out, the same earliest-fit
+search and ``bf_resolution`` rounding), with three shortcuts:
+
+* Reservations are not state: ``schedule()`` recomputes them every pass, and only the starts
+  are decisions. So the walk stops after the last queue block holding a job that fits now
+  (read off the block frontiers: a job fits only if a frontier point of its block does).
+  Past it, a reservation could only keep a later job from starting now, and no later job
+  could start.
+* Within a pass, the profile only shrinks. So a shape's earliest start is never before the
+  one found for it earlier in the pass, and its search starts there.
+* With nothing ended and no estimated end reached since the last pass, that pass's profile
+  and reservations are what a pass now would compute for the jobs it looked at:
+  - every breakpoint but the first is after now (releases are, and reservations start at
+    them or at the ends of other reservations);
+  - a job that did not fit then does not fit now (its window now covers the same
+    breakpoints or more);
+  - the window's edge moved only later (a pass that met the edge is not kept).
+  The walk then resumes after the last job it looked at, if every new job comes after it.
+
+Equality with ``schedule()`` is a property test (tests/property/test_pooled_core.py): the
+starts, their allocations and labels; the reservation and its expected start; with several
+reservations, those of every job the pass looked at. The simulator replays are compared job
+by job with and without it.
 """
 
 from __future__ import annotations
@@ -81,15 +105,18 @@ def _frontier(keys: list[Key], jobs: dict[Key, Entry]) -> list[tuple[int, int]]:
     return out
 
 
-def settings_outside(cfg: SchedConfig) -> str | None:
+def settings_outside(cfg: SchedConfig, any_depth: bool = False) -> str | None:
     """Why these scheduler settings are outside an incremental scheduler's scope (this one's
-    and :class:`muster.core.nodeclass.NodeClassScheduler`'s), or None."""
+    and :class:`muster.core.nodeclass.NodeClassScheduler`'s), or None. ``any_depth``: backfill
+    with any number of reservations (conservative included) is in scope, not EASY alone."""
     if not prio.static(cfg) or cfg.max_jobs_to_start:
         return "multifactor priority or a job start limit"
     if cfg.preempt_type not in ("preempt/none", "", None):
         return "preemption"
-    if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
-        return "backfill other than EASY without a test budget"
+    if cfg.backfill and cfg.bf_max_job_test:
+        return "backfill with a test budget (bf_max_job_test)"
+    if cfg.backfill and cfg.bf_depth != 1 and not any_depth:
+        return "backfill other than EASY"
     return None
 
 
@@ -105,13 +132,76 @@ def job_outside(job: JobView, part: PartitionView, scope: str) -> str | None:
     return None
 
 
+class _Walk:
+    """A profiled pass so far (:meth:`PooledScheduler._walk_queue`): the free CPUs over time
+    with every start and reservation made carved out — breakpoints ``ts`` (``ts[0]``: the
+    pass's now) and ``cs[i]`` free on ``[ts[i], ts[i+1])``, the last forever, exactly
+    :class:`~muster.core.timeline.Timeline`'s profile of the one node; the last queue key
+    looked at (None: none yet); whether a job waited (later starts are ``Backfill``);
+    reservations made; whether a later pass may resume it (no answer met the window's edge,
+    which moves with now)."""
+
+    __slots__ = ("ts", "cs", "last", "blocked", "reserved", "resumable")
+
+    def __init__(self, ts: list[int], cs: list[int]) -> None:
+        self.ts, self.cs = ts, cs
+        self.last: Key | None = None
+        self.blocked = False
+        self.reserved = 0
+        self.resumable = True
+
+
+def _carve(ts: list[int], cs: list[int], i0: int, t1: int, c: int) -> None:
+    """Take ``c`` CPUs from breakpoint ``i0`` to ``t1`` (after it), a breakpoint made if new
+    (Timeline.reserve)."""
+    i1 = bisect_left(ts, t1, i0)
+    if i1 == len(ts) or ts[i1] != t1:
+        ts.insert(i1, t1)
+        cs.insert(i1, cs[i1 - 1])
+    for j in range(i0, i1):
+        cs[j] -= c
+
+
+def _fits_now(ts: list[int], cs: list[int], c: int, end: int) -> bool:
+    """``c`` CPUs free throughout ``[ts[0], end)``."""
+    if cs[0] < c:
+        return False
+    j, n = 1, len(ts)
+    while j < n and ts[j] < end:
+        if cs[j] < c:
+            return False
+        j += 1
+    return True
+
+
+def _next_fit(ts: list[int], cs: list[int], c: int, d: int, i: int) -> int:
+    """The first breakpoint index ``>= i``, ``ts[s]``, with ``c`` CPUs free throughout
+    ``[ts[s], ts[s] + d)`` (:meth:`Timeline.next_fit` on one node), or -1: never."""
+    n = len(ts)
+    while i < n:
+        if cs[i] < c:
+            i += 1
+            continue
+        end = ts[i] + d
+        j = i + 1
+        while j < n and ts[j] < end:
+            if cs[j] < c:
+                break
+            j += 1
+        else:
+            return i
+        i = j + 1
+    return -1
+
+
 class PooledScheduler:
     """State: free CPUs, running jobs' estimated ends (sorted), the ordered queue and its
     block index; after each pass, where it stopped (see module doc)."""
 
     __slots__ = ("node", "part", "cfg", "free", "ratio", "depth", "window", "queue", "jobs",
                  "_bkeys", "_bfirst", "_bfront", "_thin", "releases", "running", "_fresh",
-                 "_resume", "reservation", "_admitted", "_shapes", "_overdue")
+                 "_resume", "reservation", "_admitted", "_shapes", "_overdue", "_profiled",
+                 "_walk", "expected", "looked")
 
     def __init__(self, node: NodeView, part: PartitionView, cfg: SchedConfig) -> None:
         why = self.unsupported([node], [part], cfg)
@@ -121,6 +211,9 @@ class PooledScheduler:
         self.free = node.cpus_free
         self.ratio = node.mem // node.cpus
         self.depth = 1 if cfg.backfill else 0
+        # backfill with other than one reservation (conservative: bf_depth None) plans on a
+        # carved profile (_walk_queue); EASY keeps its shadow-time arithmetic
+        self._profiled = cfg.backfill and cfg.bf_depth != 1
         self.window = cfg.bf_window * 60
         self.queue: list[Key] = []              # ordered keys: schedule.order_key
         self.jobs: dict[Key, Entry] = {}        # key → (cpus, d, allocation, end offset)
@@ -139,6 +232,9 @@ class PooledScheduler:
         self._admitted: dict[int, tuple[JobView, Entry]] = {}  # job id → (JobView, its shape)
         self._shapes: dict[Key, Shape | None] = {}  # request and limits → (cpus, d, NodeAlloc)
         self._overdue: list[tuple[int, int]] = []  # started with a 0 limit: (job, its end)
+        self._walk: _Walk | None = None  # the profiled pass's state, kept to resume it
+        self.expected: dict[int, int] = {}  # profiled passes: job → reserved start
+        self.looked: Key | None = None  # profiled passes: the last queue key looked at
 
     # ---- scope ------------------------------------------------------------------------
     @staticmethod
@@ -153,7 +249,7 @@ class PooledScheduler:
             return "the node has GPUs, is not usable, or memory is not in proportion to CPUs"
         if p.state != "UP" or n.name not in p.node_names:
             return "the partition is not UP or does not hold the node"
-        return settings_outside(cfg)
+        return settings_outside(cfg, any_depth=True)
 
     def admit(self, job: JobView) -> str | None:
         """Why ``job`` is outside the scope, or None (it could then be :meth:`submit`-ted)."""
@@ -225,12 +321,15 @@ class PooledScheduler:
         self.free += c
         rel = self.releases
         del rel[bisect_left(rel, (end, job_id))]
-        self._resume = None
+        self._resume = self._walk = None
 
     # ---- the pass ---------------------------------------------------------------------
     def schedule(self, now: int) -> list[Start]:
         """The starts ``schedule()`` would make now, applied to this state. Afterwards
-        :attr:`reservation` is the EASY reservation (job id, expected start) or None."""
+        :attr:`reservation` is the EASY reservation (job id, expected start) or None; with
+        several reservations :attr:`expected` holds those of the jobs the pass looked at."""
+        if self._profiled:
+            return self._profiled_pass(now)
         st, rel, fresh = self._resume, self.releases, self._fresh
         if st is not None and (not rel or rel[0][0] > now):
             if not fresh:
@@ -281,6 +380,122 @@ class PooledScheduler:
                     if d > until:
                         extra -= c
             st[2] = extra
+        self._after_pass()
+        st[3] = self.queue[-1] if self.queue else None
+        self._resume = st if resumable else None
+        return starts
+
+    # ---- several reservations (conservative) -------------------------------------------
+    def _profiled_pass(self, now: int) -> list[Start]:
+        """Backfill with ``bf_depth`` reservations (None: every waiting job, conservative) on
+        a carved profile: ``schedule()``'s backfill pass on one node (module doc, "Several
+        reservations"). Resumed where the last pass stopped when nothing ended, no estimated
+        end was reached and only jobs after the last one looked at were submitted."""
+        w, rel, fresh = self._walk, self.releases, self._fresh
+        self._fresh = []
+        if w is not None and (not rel or rel[0][0] > now):
+            if not fresh:
+                return []
+            if w.last is not None and min(fresh) <= w.last:
+                w = None
+        else:
+            w = None
+        if w is None:
+            w = self._profile(now)
+            self.expected = {}
+        else:
+            w.ts[0] = now  # every other breakpoint is still after now (module doc)
+        starts: list[Start] = []
+        self._walk_queue(w, now, starts)
+        self.looked = w.last
+        self._after_pass()
+        self._walk = w if w.resumable else None
+        return starts
+
+    def _profile(self, now: int) -> _Walk:
+        """Free CPUs over time from the running jobs' estimated ends (those already past:
+        now + KillWait + OverTimeLimit, or never when that is now too: Timeline.build)."""
+        rel = self.releases
+        ends = [(e, c) for e, _, c in rel]
+        if rel and rel[0][0] <= now:
+            late = now + self.cfg.kill_wait + self.cfg.over_time_limit * 60
+            ends = sorted((e if e > now else late, c) for e, c in ends)
+        ts, cs = [now], [self.free]
+        for e, c in ends:
+            if e <= now:
+                continue
+            if ts[-1] == e:
+                cs[-1] += c
+            else:
+                ts.append(e)
+                cs.append(cs[-1] + c)
+        return _Walk(ts, cs)
+
+    def _walk_queue(self, w: _Walk, now: int, starts: list[Start]) -> None:
+        """In queue order after ``w.last``: start each job that fits now for its whole planned
+        run on the carved profile, else (while reservations are left) reserve its earliest
+        window. Stops after the last block with a job that fits now: past it the walk could
+        only reserve, and a reservation only keeps a later job from starting now (a later
+        pass resumes from there). Which block that is, is read off the blocks' frontiers
+        (a job fits only if a frontier point of its block does); carving only takes CPUs
+        away, so it only moves back as the walk goes on."""
+        jobs, bkeys, bfront = self.jobs, self._bkeys, self._bfront
+        ts, cs = w.ts, w.cs
+        depth = self.cfg.bf_depth
+        horizon = now + self.window
+        resolution = max(1, self.cfg.bf_resolution)
+        last = w.last
+        b = 0 if last is None else max(0, bisect_right(self._bfirst, last) - 1)
+
+        def may_start(i: int) -> bool:  # a job of block i may start now (frontier: Pareto)
+            fr = bfront[i]
+            if fr is None:
+                fr = bfront[i] = _frontier(bkeys[i], jobs)
+            free = cs[0]
+            return any(c <= free and _fits_now(ts, cs, c, now + d) for c, d in fr)
+        top = len(bkeys) - 1  # the last block that may start a job
+        while top >= b and not may_start(top):
+            top -= 1
+        fit: dict[tuple[int, int], int] = {}  # (cpus, d) → its last earliest start this pass
+        while b <= top:
+            for key in [k for k in bkeys[b] if last is None or k > last]:
+                c, d, alloc, off = jobs[key]
+                if c <= cs[0] and _fits_now(ts, cs, c, now + d):
+                    _carve(ts, cs, 0, now + d, c)
+                    self._start(key, c, d, alloc, off, now, w.blocked, starts)
+                else:
+                    w.blocked = True
+                    if depth is None or w.reserved < depth:
+                        self._reserve(w, key[2], c, d, horizon, resolution, fit)
+                last = key
+            b += 1
+            while top >= b and not may_start(top):
+                top -= 1
+        w.last = last
+
+    def _reserve(self, w: _Walk, jid: int, c: int, d: int, horizon: int, resolution: int,
+                 fit: dict[tuple[int, int], int]) -> None:
+        """Reserve ``c`` CPUs from the earliest start for ``d`` rounded up to the resolution
+        (``_Pass.reserve``); none when that start is past the window's edge. ``fit``: the
+        earliest start last found for a shape this pass, where the search resumes: the
+        profile only shrank since, so no earlier start fits now."""
+        ts, cs = w.ts, w.cs
+        since = fit.get((c, d))
+        i = _next_fit(ts, cs, c, d, 0 if since is None else bisect_left(ts, since))
+        if i >= 0:
+            fit[c, d] = ts[i]
+            held = -(-d // resolution) * resolution
+            if held != d and ts[i] <= horizon:
+                i = _next_fit(ts, cs, c, held, i)
+        if i < 0 or ts[i] > horizon:
+            w.resumable = False  # the edge moves with now: a later pass looks again
+            return
+        T = ts[i]
+        _carve(ts, cs, i, T + held, c)
+        w.reserved += 1
+        self.expected[jid] = T
+
+    def _after_pass(self) -> None:
         if self._thin:
             self._compact()
         for jid, end in self._overdue:  # after this pass, as the shell's lifecycle says
@@ -290,9 +505,6 @@ class PooledScheduler:
             insort(rel, (end, jid, c))
             self.running[jid] = (end, c)
         self._overdue.clear()
-        st[3] = self.queue[-1] if self.queue else None
-        self._resume = st if resumable else None
-        return starts
 
     def _start(self, key: Key, c: int, d: int, alloc: Allocation, off: int, now: int,
                blocked: bool, starts: list[Start]) -> None:

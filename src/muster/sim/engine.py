@@ -12,10 +12,11 @@ Same code as the controller: the core decides, :mod:`muster.lifecycle.job` chang
 state; the engine only plays the shell (``plan_apply``) and the clock. Two backends hold
 the core's input:
 
-* ``_PooledBackend`` — one node of fungible CPUs (SWF traces: processors pooled), FIFO or
-  EASY, flat priority: :class:`muster.core.pooled.PooledScheduler`, the core's incremental
-  scheduler, told each arrival and end. It makes ``schedule()``'s decisions (a property
-  test, and full replays of every SWF trace compared job by job) at a few µs a pass.
+* ``_PooledBackend`` — one node of fungible CPUs (SWF traces: processors pooled), FIFO,
+  EASY or conservative, flat priority: :class:`muster.core.pooled.PooledScheduler`, the
+  core's incremental scheduler, told each arrival and end. It makes ``schedule()``'s
+  decisions (a property test, and full replays of every SWF trace compared job by job) at
+  a few µs a pass (tens under conservative backfill).
 * ``_CoreBackend`` — everything else: :func:`muster.core.schedule` on a Snapshot the engine
   keeps, pruned as below.
 
