@@ -258,10 +258,11 @@ def test_same_decisions_with_long_queues(work, policy):
 
 
 @settings(max_examples=150, deadline=None)
-@given(workloads(max_jobs=40, pooled=True), st.sampled_from(["fifo", "easy"]))
+@given(workloads(max_jobs=40, pooled=True), st.sampled_from(["fifo", "easy", "conservative"]))
 def test_same_decisions_by_the_pooled_scheduler(work, policy):
-    """One node of pooled CPUs under FIFO or EASY: the simulator's incremental
-    PooledScheduler (told only arrivals and ends) against the controller's full passes."""
+    """One node of pooled CPUs under FIFO, EASY or conservative backfill: the simulator's
+    incremental PooledScheduler (told only arrivals and ends) against the controller's full
+    passes."""
     check_same(work, policy, core="pooled")
 
 
