@@ -58,12 +58,13 @@ def test_pooled_equals_schedule(h):
 
 
 @settings(max_examples=600, deadline=None)
-@given(histories(), st.sampled_from([None, None, 0, 2, 3]))
-def test_pooled_with_several_reservations_equals_schedule(h, depth):
-    """Conservative backfill (a reservation for every waiting job) and other depths: the
-    carved profile, its early stop and its resumed passes make ``schedule()``'s starts."""
+@given(histories(), st.sampled_from([None, None, 0, 1, 2, 3]), st.sampled_from([0, 0, 1, 2, 5]))
+def test_pooled_with_several_reservations_equals_schedule(h, depth, budget):
+    """Conservative backfill (a reservation for every waiting job), other depths and test
+    budgets: the carved profile, its early stop and its resumed passes make ``schedule()``'s
+    starts (depth 1 without a budget: EASY's own test above)."""
     cpus, max_time, cfg, seed, steps, block = h
-    cfg = dataclasses.replace(cfg, backfill=True, bf_depth=depth)
+    cfg = dataclasses.replace(cfg, backfill=True, bf_depth=depth, bf_max_job_test=budget)
     with mock.patch.object(pooled_mod, "_BLOCK", block):
         check_history(cpus, max_time, cfg, seed, steps)
 
@@ -99,7 +100,7 @@ def check_history(cpus, max_time, cfg, seed, steps):
         want = schedule(snap, cfg)
         got = pooled.schedule(now)
         passes += 1
-        if cfg.backfill and cfg.bf_depth != 1:
+        if cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
             reserved_seen += assert_same_reservations(pooled, got, want, pending, cfg, now)
         else:
             reserved_seen += assert_same_pass(got, want, pooled.reservation, now, snap,
@@ -170,11 +171,11 @@ def test_scope_is_explained():
     part = PartitionView(name="p", node_names=("n0",))
     easy = SchedConfig(backfill=True, bf_depth=1, bf_max_job_test=0)
     assert PooledScheduler.unsupported([node], [part], easy) is None
-    # conservative (and any other depth) plans on a profile: in scope; a test budget is not
+    # conservative, any other depth and a test budget plan on a profile: in scope
     assert PooledScheduler.unsupported(
         [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=0)) is None
-    assert "test budget" in PooledScheduler.unsupported(
-        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=100))
+    assert PooledScheduler.unsupported(
+        [node], [part], SchedConfig(backfill=True, bf_depth=None, bf_max_job_test=100)) is None
     assert "multifactor" in PooledScheduler.unsupported(
         [node], [part], SchedConfig(priority_type="multifactor", weight_age=10))
     # multifactor without weights (Slurm 23.11's default) and priority/basic depend on the job

@@ -13,9 +13,9 @@ Scope (:meth:`PooledScheduler.unsupported` and :meth:`PooledScheduler.admit` say
 one usable node with no GPUs, one UP partition, a priority of the job alone
 (:func:`muster.core.priority.static`: none, basic, or multifactor without weights), queued
 in :func:`muster.core.schedule.order_key`'s order (nice breaks priority ties), no
-preemption, no job start limit, the main scheduler alone or backfill with no test budget
-(``bf_max_job_test`` 0) and any number of reservations (EASY: ``bf_depth`` 1;
-conservative: None); jobs on that partition only, one node, no GPUs, not exclusive,
+preemption, no job start limit, the main scheduler alone or backfill with any number of
+reservations (EASY: ``bf_depth`` 1; conservative: None) and any test budget
+(``bf_max_job_test``); jobs on that partition only, one node, no GPUs, not exclusive,
 memory in proportion to CPUs (so memory binds exactly when CPUs do), no
 ``--time-min``/``-w``/``-x``/``--constraint``/``--deadline``/reservation/switches, not
 held, not an array. The simulator uses it when the whole trace
@@ -43,9 +43,10 @@ Why the shortcuts are exact (the timeline semantics of :mod:`muster.core.backfil
   only grew), so the pass resumes from where the last one stopped and offers only the
   jobs submitted since.
 
-Several reservations (conservative, or any ``bf_depth`` but 1) need more than a shadow
-time: every waiting job's reservation shapes the profile the next one sees. The pass walks
-the queue on the one node's profile as :class:`~muster.core.timeline.Timeline` holds it
+Several reservations (conservative, or any ``bf_depth`` but 1), or a test budget (only the
+first ``bf_max_job_test`` jobs of the queue are looked at), need more than a shadow time:
+every waiting job's reservation shapes the profile the next one sees. The pass walks the
+queue on the one node's profile as :class:`~muster.core.timeline.Timeline` holds it
 (breakpoints and free CPUs, starts and reservations carved out, the same earliest-fit
 search and ``bf_resolution`` rounding), with three shortcuts:
 
@@ -64,6 +65,8 @@ search and ``bf_resolution`` rounding), with three shortcuts:
     breakpoints or more);
   - the window's edge moved only later (a pass that met the edge is not kept).
   The walk then resumes after the last job it looked at, if every new job comes after it.
+  A walk the test budget stopped resumes too, new jobs or not: its starts have left the
+  queue, so the budget now reaches further.
 
 Equality with ``schedule()`` is a property test (tests/property/test_pooled_core.py): the
 starts, their allocations and labels; the reservation and its expected start; with several
@@ -105,18 +108,17 @@ def _frontier(keys: list[Key], jobs: dict[Key, Entry]) -> list[tuple[int, int]]:
     return out
 
 
-def settings_outside(cfg: SchedConfig, any_depth: bool = False) -> str | None:
+def settings_outside(cfg: SchedConfig, any_backfill: bool = False) -> str | None:
     """Why these scheduler settings are outside an incremental scheduler's scope (this one's
-    and :class:`muster.core.nodeclass.NodeClassScheduler`'s), or None. ``any_depth``: backfill
-    with any number of reservations (conservative included) is in scope, not EASY alone."""
+    and :class:`muster.core.nodeclass.NodeClassScheduler`'s), or None. ``any_backfill``: any
+    number of reservations (conservative included) and a test budget are in scope, not
+    only EASY without one."""
     if not prio.static(cfg) or cfg.max_jobs_to_start:
         return "multifactor priority or a job start limit"
     if cfg.preempt_type not in ("preempt/none", "", None):
         return "preemption"
-    if cfg.backfill and cfg.bf_max_job_test:
-        return "backfill with a test budget (bf_max_job_test)"
-    if cfg.backfill and cfg.bf_depth != 1 and not any_depth:
-        return "backfill other than EASY"
+    if cfg.backfill and not any_backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test):
+        return "backfill other than EASY without a test budget"
     return None
 
 
@@ -138,16 +140,19 @@ class _Walk:
     pass's now) and ``cs[i]`` free on ``[ts[i], ts[i+1])``, the last forever, exactly
     :class:`~muster.core.timeline.Timeline`'s profile of the one node; the last queue key
     looked at (None: none yet); whether a job waited (later starts are ``Backfill``);
-    reservations made; whether a later pass may resume it (no answer met the window's edge,
-    which moves with now)."""
+    reservations made; the jobs looked at that wait; whether the test budget stopped it;
+    whether a later pass may resume it (no answer met the window's edge, which moves with
+    now)."""
 
-    __slots__ = ("ts", "cs", "last", "blocked", "reserved", "resumable")
+    __slots__ = ("ts", "cs", "last", "blocked", "reserved", "waiting", "spent", "resumable")
 
     def __init__(self, ts: list[int], cs: list[int]) -> None:
         self.ts, self.cs = ts, cs
         self.last: Key | None = None
         self.blocked = False
         self.reserved = 0
+        self.waiting = 0  # jobs looked at that did not start (they spent the test budget)
+        self.spent = False  # the test budget stopped the walk (a start gives it back later)
         self.resumable = True
 
 
@@ -211,9 +216,10 @@ class PooledScheduler:
         self.free = node.cpus_free
         self.ratio = node.mem // node.cpus
         self.depth = 1 if cfg.backfill else 0
-        # backfill with other than one reservation (conservative: bf_depth None) plans on a
-        # carved profile (_walk_queue); EASY keeps its shadow-time arithmetic
-        self._profiled = cfg.backfill and cfg.bf_depth != 1
+        # backfill with other than one reservation (conservative: bf_depth None) or with a
+        # test budget plans on a carved profile (_walk_queue); EASY without one keeps its
+        # shadow-time arithmetic
+        self._profiled = cfg.backfill and (cfg.bf_depth != 1 or cfg.bf_max_job_test > 0)
         self.window = cfg.bf_window * 60
         self.queue: list[Key] = []              # ordered keys: schedule.order_key
         self.jobs: dict[Key, Entry] = {}        # key → (cpus, d, allocation, end offset)
@@ -249,7 +255,7 @@ class PooledScheduler:
             return "the node has GPUs, is not usable, or memory is not in proportion to CPUs"
         if p.state != "UP" or n.name not in p.node_names:
             return "the partition is not UP or does not hold the node"
-        return settings_outside(cfg, any_depth=True)
+        return settings_outside(cfg, any_backfill=True)
 
     def admit(self, job: JobView) -> str | None:
         """Why ``job`` is outside the scope, or None (it could then be :meth:`submit`-ted)."""
@@ -390,13 +396,15 @@ class PooledScheduler:
         """Backfill with ``bf_depth`` reservations (None: every waiting job, conservative) on
         a carved profile: ``schedule()``'s backfill pass on one node (module doc, "Several
         reservations"). Resumed where the last pass stopped when nothing ended, no estimated
-        end was reached and only jobs after the last one looked at were submitted."""
+        end was reached and only jobs after the last one looked at were submitted, or when
+        the test budget stopped it (its starts have left the queue: the budget reaches
+        further now)."""
         w, rel, fresh = self._walk, self.releases, self._fresh
         self._fresh = []
         if w is not None and (not rel or rel[0][0] > now):
-            if not fresh:
+            if not fresh and not w.spent:
                 return []
-            if w.last is not None and min(fresh) <= w.last:
+            if fresh and w.last is not None and min(fresh) <= w.last:
                 w = None
         else:
             w = None
@@ -457,20 +465,31 @@ class PooledScheduler:
         while top >= b and not may_start(top):
             top -= 1
         fit: dict[tuple[int, int], int] = {}  # (cpus, d) → its last earliest start this pass
-        while b <= top:
+        # bf_max_job_test: only the first that many jobs of the queue are looked at (a start
+        # counts in its pass; the jobs a resumed walk passed over and that wait, again)
+        budget = self.cfg.bf_max_job_test or 1 << 62
+        spent = w.waiting
+        while b <= top and spent < budget:
             for key in [k for k in bkeys[b] if last is None or k > last]:
+                if spent >= budget:
+                    break
+                spent += 1
                 c, d, alloc, off = jobs[key]
                 if c <= cs[0] and _fits_now(ts, cs, c, now + d):
                     _carve(ts, cs, 0, now + d, c)
                     self._start(key, c, d, alloc, off, now, w.blocked, starts)
                 else:
                     w.blocked = True
+                    w.waiting += 1
                     if depth is None or w.reserved < depth:
                         self._reserve(w, key[2], c, d, horizon, resolution, fit)
                 last = key
             b += 1
             while top >= b and not may_start(top):
                 top -= 1
+        # the budget may have left jobs unlooked at: the next pass looks again, since the
+        # starts of this one no longer count there
+        w.spent = spent >= budget
         w.last = last
 
     def _reserve(self, w: _Walk, jid: int, c: int, d: int, horizon: int, resolution: int,
