@@ -144,7 +144,8 @@ class _Walk:
     whether a later pass may resume it (no answer met the window's edge, which moves with
     now)."""
 
-    __slots__ = ("ts", "cs", "last", "blocked", "reserved", "waiting", "spent", "resumable")
+    __slots__ = ("ts", "cs", "last", "blocked", "reserved", "waiting", "budget_stop",
+                 "resumable")
 
     def __init__(self, ts: list[int], cs: list[int]) -> None:
         self.ts, self.cs = ts, cs
@@ -152,7 +153,7 @@ class _Walk:
         self.blocked = False
         self.reserved = 0
         self.waiting = 0  # jobs looked at that did not start (they spent the test budget)
-        self.spent = False  # the test budget stopped the walk (a start gives it back later)
+        self.budget_stop = False  # the test budget stopped the walk (its starts give it back)
         self.resumable = True
 
 
@@ -402,7 +403,7 @@ class PooledScheduler:
         w, rel, fresh = self._walk, self.releases, self._fresh
         self._fresh = []
         if w is not None and (not rel or rel[0][0] > now):
-            if not fresh and not w.spent:
+            if not fresh and not w.budget_stop:
                 return []
             if fresh and w.last is not None and min(fresh) <= w.last:
                 w = None
@@ -489,7 +490,7 @@ class PooledScheduler:
                 top -= 1
         # the budget may have left jobs unlooked at: the next pass looks again, since the
         # starts of this one no longer count there
-        w.spent = spent >= budget
+        w.budget_stop = spent >= budget
         w.last = last
 
     def _reserve(self, w: _Walk, jid: int, c: int, d: int, horizon: int, resolution: int,

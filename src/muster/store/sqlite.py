@@ -106,15 +106,14 @@ class _Checkpointer:
     commits (``dirty``), at most every CHECKPOINT_S. ``PRAGMA wal_checkpoint(PASSIVE)`` waits
     for no reader or writer: it copies what it can, and the WAL restarts from its beginning
     at the first write after a checkpoint that copied everything (so it stays small). The
-    thread runs SQLite's I/O without the GIL. For tests: ``runs``, checkpoints made;
-    ``running``, one is under way (set before ``dirty`` is cleared); ``copied_all``, the last
-    one left nothing in the WAL to copy."""
+    thread runs SQLite's I/O without the GIL. For tests: ``running``, one is under way (set
+    before ``dirty`` is cleared); ``copied_all``, the last one left nothing in the WAL to
+    copy."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.dirty = threading.Event()
         self._stop = threading.Event()
-        self.runs = 0
         self.running = False
         self.copied_all = False
         self._thread = threading.Thread(target=self._serve, name="sqlite-checkpoint",
@@ -135,7 +134,6 @@ class _Checkpointer:
                     self.copied_all = not busy and frames == copied
                 except sqlite3.Error:
                     self.copied_all = False  # the next one copies what this one could not
-                self.runs += 1
                 self.running = False
                 if self._stop.wait(CHECKPOINT_S):
                     return
