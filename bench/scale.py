@@ -182,6 +182,17 @@ def _lag_rows(w: dict) -> list[dict]:
     return rows
 
 
+def _release_rows(r: dict, jobs: int) -> list[dict]:
+    """The release of the whole queue in one request (:func:`release_all`)."""
+    if r.get("stall_ms") is None:
+        return []
+    handled = f"{r['handled_ms']:.0f} ms" if r.get("handled_ms") is not None else "?"
+    return [common.row(f"event-loop's longest stall while {jobs} jobs are released in one "
+                       "request", r["stall_ms"] / 1000, None, "-", "reported", None,
+                       note=f"the request handled in {handled} (its slices included), round "
+                            f"trip {r['wall_s']:.2f} s")]
+
+
 def _request_rows(w: dict) -> list[dict]:
     """The controller's own time per request (diag ``request_times``: from its handling's
     start to its reply handed to the socket) over the last 20 s of each phase, beside the commands'
@@ -277,6 +288,22 @@ def raise_job_limit(c, limit: int) -> None:
         raise RuntimeError(f"MaxJobCount not raised to {limit}: {got}")
 
 
+def release_all(target, ids: list[int]) -> dict:
+    """Release ``ids`` in one request: its round trip (a client process's start included),
+    the controller's handling of it (from its start to the reply: the slices of a request
+    naming many jobs, controller.bulk, included) and the event loop's longest stall from
+    just before it to just after (diag's ``worst_ms`` since a reset): what any other request
+    waited for the loop meanwhile (a pass started by the release may add its own)."""
+    _call(target, {"op": "diag_reset"})
+    t0 = time.perf_counter()
+    _call(target, {"op": "release", "jobs": [{"job_id": i} for i in ids]})
+    wall = time.perf_counter() - t0
+    got = _call(target, {"op": "diag"})
+    handled = (got.get("request_times") or {}).get("release") or {}
+    return {"wall_s": wall, "handled_ms": handled.get("max_ms"),
+            "stall_ms": (got.get("loop_lag") or {}).get("worst_ms")}
+
+
 def scenario(nodes: int, jobs: int, rounds: int, worker: str = "fork") -> dict:
     """One cluster through steps 1-5 of the module's docstring; raw figures.
     ``worker``: where the controller computes its passes (MUSTER_SCHED_WORKER): "fork" (the
@@ -300,7 +327,7 @@ def scenario(nodes: int, jobs: int, rounds: int, worker: str = "fork") -> dict:
         out["lag_idle"] = got.get("loop_lag") or {}
         out["req_idle"] = got.get("request_times") or {}
         since = max((p["seq"] for p in _passes(c, -1, got)), default=-1)
-        _call(c, {"op": "release", "jobs": [{"job_id": i} for i in filled["ids"]]})
+        out["release"] = release_all(c, filled["ids"])
         out["busy"] = time_commands(c, rounds)
         got = _call(c, {"op": "diag"})
         gc_marks.append(("while scheduling", got.get("gc")))
@@ -325,6 +352,7 @@ def run(ctx, nodes: int = 1024, jobs: int = 10_000, rounds: int = 200,
     rows += _lat_rows(w["idle"], w["busy"])
     rows += _request_rows(w)
     rows += _lag_rows(w)
+    rows += _release_rows(w["release"], jobs)
     rows += _gc_rows(w["gc"])
     prow, pinfo = _pass_rows(w["passes"])
     rows += prow

@@ -25,7 +25,8 @@ import weakref
 from functools import partial
 
 from muster.common import clock
-from muster.common.errors import AccessDenied, InvalidJobId, RequestError
+from muster.common.errors import AccessDenied, InvalidJobId, MusterError, RequestError
+from muster.controller import bulk
 from muster.controller.opspec import _int, _is_int, op
 from muster.controller.scheduling import FitChecker
 from muster.controller.state import identity, now
@@ -434,6 +435,18 @@ def _prepare(ctl, msg, check) -> list[Job]:
     return _materialize(ctl.state, refs)
 
 
+def _still(ctl, check, job: Job) -> bool:
+    """Whether ``job``, checked when its request came, still passes ``check`` (a later slice
+    of a request naming many jobs: controller.bulk) and is still the one in memory."""
+    if ctl.state.jobs.get(job.job_id) is not job:
+        return False
+    try:
+        check(job)
+    except MusterError:
+        return False
+    return True
+
+
 def _split_pending(st, master: Job, task: int) -> Job:
     """Address one pending index of an array on its own (e.g. to cancel it)."""
     from muster.model.arrays import compress_indices
@@ -481,8 +494,10 @@ def cancel(ctl, msg, uid, gid):
         raise RequestError("Invalid scope", "invalid_request")
     if msg.get("steps") is not None:
         return _cancel_steps(ctl, msg, uid, sig)
-    with ctl.applier.transaction():  # one commit; terminations leave after it
-        errors = []
+    errors: list[dict] = []
+    done: list[str] = []
+
+    def targets() -> list[Job]:
         allowed = []
         for job, task in _refs(ctl, msg):
             if job.uid != uid and not ctl.is_admin(uid):
@@ -490,32 +505,36 @@ def cancel(ctl, msg, uid, gid):
                 errors.append({"job": _ref_id(job, task), "code": exc.code, "error": exc.message})
             else:
                 allowed.append((job, task))
-        targets = _materialize(st, allowed)
+        found = _materialize(st, allowed)
         for job in _filtered(ctl, msg):
             try:
                 _authorize(ctl, job, uid)
             except AccessDenied as exc:
                 errors.append({"job": job.display_id, "code": exc.code, "error": exc.message})
                 continue
-            targets.append(job)
-        done = []
-        for job in dict.fromkeys(targets):
-            if job.terminal and not job.completing:
-                if msg.get("jobs") is not None and sig is not None:
-                    errors.append({"job": job.display_id, "code": "already_done",
-                                   "error": "Job/step already completing or completed"})
-                continue
-            if sig is None or (sig == _signal.SIGKILL and scope == "all"):
-                _cancel_one(ctl, job, uid)
-            elif job.state == RUNNING:
-                ctl.steps.signal_job(job, sig, scope)  # steps / batch shell / both (steps.py)
-            elif job.state == PENDING and msg.get("jobs") is not None:
-                errors.append({"job": job.display_id, "code": "job_pending",
-                               "error": "Job is pending execution"})
-                continue
-            done.append(job.display_id)
-    ctl.request_schedule()
-    return {"done": done, "errors": errors}
+            found.append(job)
+        return list(dict.fromkeys(found))
+
+    def one(job: Job) -> None:  # inside a commit; terminations leave after it
+        if job.terminal and not job.completing:
+            if msg.get("jobs") is not None and sig is not None:
+                errors.append({"job": job.display_id, "code": "already_done",
+                               "error": "Job/step already completing or completed"})
+            return
+        if sig is None or (sig == _signal.SIGKILL and scope == "all"):
+            _cancel_one(ctl, job, uid)
+        elif job.state == RUNNING:
+            ctl.steps.signal_job(job, sig, scope)  # steps / batch shell / both (steps.py)
+        elif job.state == PENDING and msg.get("jobs") is not None:
+            errors.append({"job": job.display_id, "code": "job_pending",
+                           "error": "Job is pending execution"})
+            return
+        done.append(job.display_id)
+
+    def finish() -> dict:
+        ctl.request_schedule()
+        return {"done": done, "errors": errors}
+    return bulk.each_job(ctl, targets, one, finish)
 
 
 def _cancel_steps(ctl, msg, uid, sig):
@@ -584,11 +603,9 @@ def hold(ctl, msg, uid, gid):
     def check(job):
         _authorize(ctl, job, uid)
         _not_done(job)
-    t = now()
-    with ctl.applier.transaction():
-        for job in _prepare(ctl, msg, check):
-            ctl.applier.job(job, events.Hold(uid, admin), t)
-    return {}
+    return bulk.each_job(ctl, partial(_prepare, ctl, msg, check),
+                         lambda job: ctl.applier.job(job, events.Hold(uid, admin), now()),
+                         dict, partial(_still, ctl, check))
 
 
 @op("release")
@@ -598,11 +615,11 @@ def release(ctl, msg, uid, gid):
         if job.hold == "admin" and not ctl.is_admin(uid):
             raise AccessDenied()
         _not_done(job)
-    t = now()
-    with ctl.applier.transaction():  # the scheduling pass is the machine's effect
-        for job in _prepare(ctl, msg, check):
-            ctl.applier.job(job, events.Release(uid, base_priority=1), t)
-    return {}
+    # the scheduling pass is the machine's effect
+    return bulk.each_job(ctl, partial(_prepare, ctl, msg, check),
+                         lambda job: ctl.applier.job(job, events.Release(uid, base_priority=1),
+                                                     now()),
+                         dict, partial(_still, ctl, check))
 
 
 @op("requeue")

@@ -23,7 +23,10 @@ request id (muster.common.requestid). Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Coroutine
+from typing import Any
 
 from muster.common import clock
 from muster.common.requestid import changes_state, valid_rid
@@ -38,9 +41,10 @@ ATOMIC = frozenset({"submit"})  # ops whose handler is safe to run inside the ou
 _last_purge: dict[int, float] = {}
 
 
-def run(ctl, handler, msg: dict, uid: int, gid: int) -> dict:
+def run(ctl, handler, msg: dict, uid: int, gid: int) -> dict | Coroutine[Any, Any, object]:
     """``handler(ctl, msg, uid, gid)``'s reply, or the remembered reply of an earlier delivery
-    of the same request (same uid and request id)."""
+    of the same request (same uid and request id); a coroutine for a request applied in
+    slices (controller.bulk)."""
     rid = msg.get("rid")
     if not isinstance(rid, str) or not valid_rid(rid) or not changes_state(msg):
         return handler(ctl, msg, uid, gid)
@@ -56,6 +60,15 @@ def run(ctl, handler, msg: dict, uid: int, gid: int) -> dict:
             _remember(store, uid, rid, reply)
         return reply
     reply = handler(ctl, msg, uid, gid)
+    if asyncio.iscoroutine(reply):  # applied in slices (controller.bulk): remembered when done
+        return _remembered(store, uid, rid, reply)
+    with store.transaction():
+        _remember(store, uid, rid, reply)
+    return reply
+
+
+async def _remembered(store, uid: int, rid: str, pending) -> object:
+    reply = await pending
     with store.transaction():
         _remember(store, uid, rid, reply)
     return reply

@@ -67,6 +67,22 @@ UID_PENDING_BYTES = 32 << 20  # bytes of half-received frames per plain user (> 
 USERS_PENDING_BYTES = 256 << 20  # ... of all plain users together
 LISTEN_BACKLOG = 4096  # bursts of CLI calls (a workflow tool polling) queue, not fail
 BUSY = {"ok": False, "code": "busy", "error": "Controller busy, try again"}
+_INTERNAL = {"ok": False, "code": "internal", "error": "Unexpected controller error"}
+
+
+def _error_reply(exc: MusterError) -> dict:
+    out = exc.to_wire()
+    detail = getattr(exc, "detail", None)
+    if detail:
+        out["detail"] = detail
+    return out
+
+
+def _ok_reply(reply: object) -> dict:
+    if not isinstance(reply, dict):
+        return dict(_INTERNAL)
+    reply.setdefault("ok", True)
+    return reply
 # agent reports applied together, one transaction per turn of the loop (queue_agent_message)
 BATCHED_REPORTS = frozenset(("job_started", "job_ended", "heartbeat"))
 # the longest the loop applies queued agent reports before it commits them and lets a request
@@ -473,8 +489,7 @@ class Controller:
                     pieces = link.frames(reply)
                 except Exception:
                     log.exception("reply to %r could not be encoded", msg.get("op"))
-                    pieces = [link.encode({"ok": False, "code": "internal",
-                                           "error": "Unexpected controller error"})]
+                    pieces = [link.encode(_INTERNAL)]
                 for data in pieces:
                     writer.write(data)
                 # the reply is made and handed to the socket: what follows is the client's
@@ -512,36 +527,32 @@ class Controller:
             return {"ok": False, "code": "invalid_request",
                     "error": f"Invalid request: unknown operation {shown!r}"}
         if asyncio.iscoroutinefunction(handler):
-            return self._dispatch_async(handler, op, msg, uid, gid)
+            return self._awaited(op, handler(self, msg, uid, gid))
         self.current_conn = conn
         try:
             reply = idempotency.run(self, handler, msg, uid, gid)  # retries: first reply
         except MusterError as exc:
-            out = exc.to_wire()
-            detail = getattr(exc, "detail", None)
-            if detail:
-                out["detail"] = detail
-            return out
+            return _error_reply(exc)
         except Exception:
             log.exception("handler %s failed", op)
-            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
+            return dict(_INTERNAL)
         finally:
             self.current_conn = None
-        if not isinstance(reply, dict):
-            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
-        reply.setdefault("ok", True)
-        return reply
+        if asyncio.iscoroutine(reply):  # the rest of a request naming many jobs (bulk.py)
+            return self._awaited(op, reply)
+        return _ok_reply(reply)
 
-    async def _dispatch_async(self, handler, op, msg, uid, gid) -> dict:
+    async def _awaited(self, op, pending) -> dict:
+        """The reply of a handler that waits, or of the slices still to apply of a request
+        naming many jobs, with the errors mapped as for any other."""
         try:
-            reply = await handler(self, msg, uid, gid)
+            reply = await pending
         except MusterError as exc:
-            return exc.to_wire()
+            return _error_reply(exc)
         except Exception:
             log.exception("handler %s failed", op)
-            return {"ok": False, "code": "internal", "error": "Unexpected controller error"}
-        reply.setdefault("ok", True)
-        return reply
+            return dict(_INTERNAL)
+        return _ok_reply(reply)
 
     # ---- agents ----------------------------------------------------------------------------
     async def _agent_loop(self, link: Link, claims: dict, key: bytes) -> None:
