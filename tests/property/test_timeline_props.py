@@ -12,6 +12,7 @@ as such below: ``k > 1`` after now takes the first ``k`` nodes in (start, key) o
 from __future__ import annotations
 
 import random
+from bisect import bisect_right
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -95,3 +96,42 @@ def test_earliest_is_the_documented_best_fit(seed, n, cpus, gpus, steps):
             wg = tl.window(p, T, d)[2]
             mask = gpu_mask(sorted(i for i in range(gpus) if wg >> i & 1)[:g])
             tl.reserve(p, T, end, c, m, mask)
+
+
+def _step(at: list[int], vals: list[int], t: int) -> int:
+    """A step function's value at ``t`` (0 before its first point)."""
+    i = bisect_right(at, t) - 1
+    return vals[i] if i >= 0 else 0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 9), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([0, 0, 2, 4]), st.integers(1, 40))
+def test_kept_sums_equal_fresh_ones_after_any_changes(seed, n, cpus, gpus, steps):
+    """The general search's kept breakpoints and summed profile (``_Sums``, updated by every
+    reserve and block of a candidate) equal those made afresh, for every candidate set and
+    CPUs per task, after any interleaving of changes; and the search answers the same."""
+    rng = random.Random(seed)
+    tl = _timeline(rng, n, cpus, gpus)
+    subsets = {"all": list(range(n)), "low": list(range(0, n, 2)), "one": [n - 1]}
+    for ck, cands in subsets.items():
+        for cpt in {1, 2, cpus}:
+            tl._sums_of(ck, cands, cpt)  # kept from the start, through every change below
+    for _ in range(steps):
+        p = rng.randrange(n)
+        t0 = NOW + 60 * rng.randint(-1, 30)
+        t1 = INF if rng.random() < 0.15 else t0 + 60 * rng.randint(1, 20)
+        if rng.random() < 0.1:
+            tl.block(p, t0, t1)
+        else:
+            wc, wm, wg = tl.window(p, max(t0, NOW), 60)
+            c = rng.randint(0, max(0, wc))
+            mask = gpu_mask(sorted(i for i in range(gpus) if wg >> i & 1)[:rng.randint(0, 2)])
+            tl.reserve(p, t0, t1, c, min(wm, c * 100), mask)
+        for (ck, cpt), sums in tl._sums.items():
+            cands = subsets[ck]
+            assert sums.bps == tl.breakpoints(cands, NOW, INF)
+            at, tf, tg = tl._summed(cands, cpt, INF)
+            for t in sorted(set(at) | set(sums.at) | set(sums.bps)):
+                assert _step(sums.at, sums.tf, t) == _step(at, tf, t), (ck, cpt, t)
+                assert _step(sums.at, sums.tg, t) == _step(at, tg, t), (ck, cpt, t)

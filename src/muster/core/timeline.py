@@ -103,11 +103,73 @@ class _Entries:
         self.suspect: dict[int, list[int]] = {}
 
 
+class _Sums:
+    """For one candidate set and CPUs per task, kept through a cycle: ``bps``, the sorted
+    distinct breakpoints of the candidates' profiles (now included), and the candidates'
+    summed profile as :meth:`Timeline._summed` makes it over the whole horizon — ``at``
+    (sorted times), ``tf`` (whole tasks of ``cpt`` CPUs, per node then summed) and ``tg``
+    (free GPUs), a step function with value 0 before ``at[0]``.
+
+    Invariant: both equal what :meth:`Timeline.breakpoints` and :meth:`Timeline._summed`
+    would compute afresh (``at`` may hold extra times where the sum does not change: the
+    screen reads values, not points). :meth:`changed` keeps it, given each change of a
+    candidate's segments (reserve, block): breakpoints only appear within a cycle (a
+    profile is split, never merged), and a segment's change adds the difference of its
+    node's share to the sum over that segment's span."""
+
+    __slots__ = ("bps", "at", "tf", "tg", "cpt")
+
+    def __init__(self, now: int, bps: list[int], at: list[int], tf: list[int], tg: list[int],
+                 cpt: int) -> None:
+        if not at or at[0] != now:  # a point at now, so every later insertion has a left
+            at.insert(0, now)
+            tf.insert(0, 0)
+            tg.insert(0, 0)
+        self.bps, self.at, self.tf, self.tg, self.cpt = bps, at, tf, tg, cpt
+
+    def changed(self, ts: list[int], cs: list[int], gs: list[int], i0: int, i1: int,
+                old_c: list[int], old_g: list[int]) -> None:
+        """Segments ``i0..i1-1`` of a candidate (times ``ts``) went from ``old_c``/``old_g``
+        to ``cs``/``gs`` (its breakpoints at their ends already split)."""
+        bps, cpt = self.bps, self.cpt
+        n = len(ts)
+        for t in (ts[i0], ts[i1] if i1 < n else None):
+            if t is not None:
+                k = bisect_left(bps, t)
+                if k == len(bps) or bps[k] != t:
+                    bps.insert(k, t)
+        for j in range(i0, i1):
+            oc, nc = old_c[j - i0], cs[j]
+            df = (nc // cpt if nc > 0 else 0) - (oc // cpt if oc > 0 else 0)
+            dg = gs[j].bit_count() - old_g[j - i0].bit_count()
+            if df or dg:
+                self._add(ts[j], ts[j + 1] if j + 1 < n else INF, df, dg)
+
+    def _add(self, t0: int, t1: int, df: int, dg: int) -> None:
+        """Add (df, dg) to the step function on ``[t0, t1)``."""
+        at, tf, tg = self.at, self.tf, self.tg
+        k0 = self._point(t0)
+        k1 = self._point(t1) if t1 < INF else len(at)
+        for k in range(k0, k1):
+            tf[k] += df
+            tg[k] += dg
+
+    def _point(self, t: int) -> int:
+        """The index of a point at ``t`` (``t >= at[0]``), inserted with the value before."""
+        at = self.at
+        k = bisect_left(at, t)
+        if k == len(at) or at[k] != t:
+            at.insert(k, t)
+            self.tf.insert(k, self.tf[k - 1])
+            self.tg.insert(k, self.tg[k - 1])
+        return k
+
+
 class Timeline:
     """The free-resource profile of one cycle (see module doc)."""
 
     __slots__ = ("now", "nodes", "pos", "ts", "cs", "ms", "gs", "ver", "cap", "_log",
-                 "_heaps", "_dead", "_enc", "_base", "_mono", "_fits")
+                 "_heaps", "_dead", "_enc", "_base", "_mono", "_fits", "_sums", "_watch")
 
     def __init__(self, now: int, nodes: Sequence[NodeView]) -> None:
         self.now = now
@@ -148,6 +210,10 @@ class Timeline:
         # shape → node → (version, d, key): its fit for every duration >= d, where
         # nothing after the window is below the window's minimum
         self._fits: dict[Shape, dict[int, tuple[int, int, int]]] = {}
+        # (ck, cpt) → the candidates' summed profile and breakpoints for the general search,
+        # kept by reserve and block; per node, the sums that include it
+        self._sums: dict[tuple[Hashable, int], _Sums] = {}
+        self._watch: list[list[_Sums]] | None = None
 
     @classmethod
     def build(
@@ -200,6 +266,8 @@ class Timeline:
         i0 = self._split(p, t0)
         i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
         cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
+        watched = self._watch[p] if self._watch is not None else None
+        old = (cs[i0:i1], gs[i0:i1]) if watched else None
         keep = ~gmask
         for j in range(i0, i1):
             cs[j] -= cpus
@@ -207,6 +275,9 @@ class Timeline:
             gs[j] &= keep
         v = self.ver[p] = self.ver[p] + 1
         self._log.append((p, t0, t1, v))
+        if watched and old is not None:
+            for sums in watched:
+                sums.changed(self.ts[p], cs, gs, i0, i1, old[0], old[1])
 
     def block(self, p: int, t0: int, t1: int) -> None:
         """Make node ``p`` unavailable for ``[t0, t1)`` (advance reservation barrier)."""
@@ -216,12 +287,17 @@ class Timeline:
         i0 = self._split(p, t0)
         i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
         cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
+        watched = self._watch[p] if self._watch is not None else None
+        old = (cs[i0:i1], gs[i0:i1]) if watched else None
         for j in range(i0, i1):
             cs[j] = 0
             ms[j] = 0
             gs[j] = 0
         v = self.ver[p] = self.ver[p] + 1
         self._log.append((p, t0, t1, v))
+        if watched and old is not None:
+            for sums in watched:
+                sums.changed(self.ts[p], cs, gs, i0, i1, old[0], old[1])
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
         """(min free CPUs, min free memory, GPUs free throughout) on ``[t, t+d)``."""
@@ -784,6 +860,7 @@ class Timeline:
         horizon: int,
         max_tests: int = 64,
         place: Callable[[int, list[NodeView]], Allocation | None] | None = None,
+        ck: Hashable | None = None,
     ) -> tuple[int, Allocation] | None:
         """Earliest start for any request shape: placement on window views at each
         breakpoint in ``[now, horizon]`` (at most ``max_tests`` of them); ``place(T, views)``
@@ -791,12 +868,25 @@ class Timeline:
 
         A breakpoint is placed only when the candidates' window CPUs (and GPUs for GPU
         counts) add up to what the tasks need: a necessary condition, so the answer is the
-        same, and most breakpoints of a wide ``-n`` job fail it without building a view."""
-        times = self.breakpoints(cands, self.now, horizon)[:max_tests]
+        same, and most breakpoints of a wide ``-n`` job fail it without building a view.
+
+        ``ck`` names the candidate set (as for :meth:`earliest`): its breakpoints and summed
+        profile are then kept for the rest of the cycle (:class:`_Sums`, updated by every
+        reserve and block of its nodes) instead of being summed again over every candidate
+        for every job — what made conservative backfill of wide ``-n`` jobs cost
+        O(nodes × breakpoints) a job."""
+        cpt = max(1, rq.cpt)
+        sums = None if ck is None else self._sums_of(ck, cands, cpt)
+        if sums is None:
+            times = self.breakpoints(cands, self.now, horizon)[:max_tests]
+        else:
+            bps = sums.bps
+            times = bps[:min(max_tests, bisect_right(bps, horizon))]
         if not times:
             return None
         screen = None if rq.exclusive else self._screen(
-            rq, cands, d, self._summed(cands, max(1, rq.cpt), times[-1] + d))
+            rq, cands, d, self._summed(cands, cpt, times[-1] + d) if sums is None
+            else (sums.at, sums.tf, sums.tg))
         for T in times:
             if screen is not None and not screen(T):
                 continue
@@ -805,6 +895,20 @@ class Timeline:
             if got is not None:
                 return T, got
         return None
+
+    def _sums_of(self, ck: Hashable, cands: Sequence[int], cpt: int) -> _Sums:
+        """The kept :class:`_Sums` of (``ck``, ``cpt``), made on first use."""
+        key = (ck, cpt)
+        got = self._sums.get(key)
+        if got is None:
+            at, tf, tg = self._summed(cands, cpt, INF)
+            got = self._sums[key] = _Sums(self.now, self.breakpoints(cands, self.now, INF),
+                                          at, tf, tg, cpt)
+            if self._watch is None:
+                self._watch = [[] for _ in self.ts]
+            for p in cands:
+                self._watch[p].append(got)
+        return got
 
     def _summed(self, cands: Sequence[int], cpt: int,
                 end: int) -> tuple[list[int], list[int], list[int]]:
