@@ -37,8 +37,8 @@ Why the shortcuts are exact (the rules of :mod:`muster.core.placement`,
   the free sets over its window) and ``min(free_p, C_p(T) - 1)`` CPUs; every other node as
   now. A backfilled start lowers ``C_p(T)`` only if it runs past ``T``.
 * A job spread over nodes is placed by placement's packing rule on the nodes' values in its
-  window (:func:`_spread`), now or, for its reservation, at each of the first 64 breakpoints
-  (backfill's general search; a window's values are its start's, as above).
+  window (:func:`_spread`), now or, for its reservation, at each breakpoint up to the
+  window's end (backfill's general search; a window's values are its start's, as above).
 * Within a pass a shape that found no room (nodes, GPUs, running past the reservation or
   not) is not searched again: the pass only takes resources.
 * The reservation's start: for one node, the first estimated end after which a node it
@@ -69,7 +69,6 @@ __all__ = ["GpuClassScheduler"]
 # its limit, the job); the key is unique (it ends with the job id)
 Info = tuple[tuple[Any, ...], int, int, int, int, JobView]
 Pick = list[tuple[int, int]]  # (node position, GPU mask taken there), by position
-_MAX_TESTS = 64  # breakpoints earliest_general tries (backfill's search for a spread job)
 
 
 def _lowest(mask: int, g: int) -> int:
@@ -366,14 +365,14 @@ class GpuClassScheduler(ClassScheduler):
 
     def _reserve_spread(self, jid: int, g: int, now: int, horizon: int) -> _Resv | None:
         """The reservation of ``g`` GPUs spread over nodes: backfill's general search, the
-        first of the first ``_MAX_TESTS`` breakpoints (now the first) where placement's
+        first breakpoint up to ``horizon`` (now the first) where placement's
         spreading rule places it on the nodes' values then (profiles only grow after now:
         the window's values are its start's)."""
         running = self.running
         ends = self._ends(now)
         acc: dict[int, tuple[int, int]] = {}
         total = self.total
-        i, n, tests = 0, len(ends), 1
+        i, n = 0, len(ends)
         while i < n:
             t = ends[i][0]
             if t > horizon:
@@ -384,9 +383,6 @@ class GpuClassScheduler(ClassScheduler):
                     acc[p] = (m | gm, c + 1)
                     total += gm.bit_count()
                 i += 1
-            tests += 1
-            if tests > _MAX_TESTS:
-                return None
             if total < g:
                 continue
             got = _spread(g, self._views_at(acc))

@@ -30,7 +30,7 @@ Why the shortcuts are exact (the rules of :mod:`muster.core.placement` and
   free CPUs (lowest index first) until N are covered, the last one swapped for the best-fit
   node covering the remainder, tasks filling the nodes in that order. Backfill plans a job
   of at most one node's CPUs as a one-node shape (never spread) and a wider one with the
-  spreading rule on the window's free CPUs at each of the first 64 breakpoints.
+  spreading rule on the window's free CPUs at each breakpoint up to the window's end.
 * The one reservation (EASY) holds ``r_p`` CPUs of its nodes on ``[T, T+d')``. A later job
   with ``now + d <= T`` sees every node's free CPUs now; one running past ``T`` sees
   ``min(free_p, G_p(T) - r_p)`` on a reserved node and its free CPUs on every other one
@@ -57,8 +57,6 @@ from .schedule import Start, order_key
 from .snapshot import JobView, NodeView, PartitionView, SchedConfig
 
 __all__ = ["NodeClassScheduler"]
-
-_MAX_TESTS = 64  # breakpoints earliest_general tries (backfill's wide-job search)
 
 # per admitted job: (queue key, tasks = CPUs, planning duration d, end offset of its limit, the
 # job); the key is unique (it ends with the job id), so sorting rows never compares jobs
@@ -523,7 +521,7 @@ class NodeClassScheduler(ClassScheduler):
         if self.cpn == 1 and n > 1:
             return self._reserve_whole(jid, n, ends, horizon)
         acc: dict[int, int] = {}
-        i, k, tests = 0, len(ends), 1
+        i, k = 0, len(ends)
         total = self.total
         while i < k:
             t = ends[i][0]
@@ -542,9 +540,6 @@ class NodeClassScheduler(ClassScheduler):
                     c, p = min(fit)
                     return _Resv(jid, t, {p: c - n}, [(p, n)], free)
                 continue
-            tests += 1  # one more distinct breakpoint
-            if tests > _MAX_TESTS:
-                return None
             if total >= n:
                 # the nodes at t: the classes, but the touched ones at their CPUs then
                 at: dict[int, list[int]] = {}
@@ -564,7 +559,7 @@ class NodeClassScheduler(ClassScheduler):
         CPUs), and spreading takes the ``n`` lowest: a reservation of whole nodes."""
         running = self.running
         need = n - self.total
-        i, k, tests, got = 0, len(ends), 1, 0
+        i, k, got = 0, len(ends), 0
         while i < k:
             t = ends[i][0]
             if t > horizon:
@@ -572,9 +567,6 @@ class NodeClassScheduler(ClassScheduler):
             while i < k and ends[i][0] == t:
                 got += len(running[ends[i][1]][1])  # nodes counted; named once it is enough
                 i += 1
-            tests += 1
-            if tests > _MAX_TESTS:
-                return None
             if got >= need:
                 freed = []
                 for _t, j in ends[:i]:
