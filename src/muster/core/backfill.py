@@ -168,7 +168,7 @@ class _Planner:
             if self.topo is not None and (max(rq.lo, len(job.req_nodes)) > 1 or rq.tasks_mode
                                           == "pack" or rq.gpu_mode == "total"):
                 place = self._placer(job, rq, cap_until)  # may span nodes: fewest leaves
-            got = tl.earliest_general(job, rq, cands, d, horizon, place=place, ck=ck)
+            got = tl.earliest_general(job, rq, ck, cands, d, horizon, place=place)
             if got is None:
                 return None
             start, placed = got

@@ -266,18 +266,13 @@ class Timeline:
         i0 = self._split(p, t0)
         i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
         cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
-        watched = self._watch[p] if self._watch is not None else None
-        old = (cs[i0:i1], gs[i0:i1]) if watched else None
+        old = self._before(p, i0, i1)
         keep = ~gmask
         for j in range(i0, i1):
             cs[j] -= cpus
             ms[j] -= mem
             gs[j] &= keep
-        v = self.ver[p] = self.ver[p] + 1
-        self._log.append((p, t0, t1, v))
-        if watched and old is not None:
-            for sums in watched:
-                sums.changed(self.ts[p], cs, gs, i0, i1, old[0], old[1])
+        self._changed(p, t0, t1, i0, i1, old)
 
     def block(self, p: int, t0: int, t1: int) -> None:
         """Make node ``p`` unavailable for ``[t0, t1)`` (advance reservation barrier)."""
@@ -287,17 +282,29 @@ class Timeline:
         i0 = self._split(p, t0)
         i1 = self._split(p, t1) if t1 < INF else len(self.ts[p])
         cs, ms, gs = self.cs[p], self.ms[p], self.gs[p]
-        watched = self._watch[p] if self._watch is not None else None
-        old = (cs[i0:i1], gs[i0:i1]) if watched else None
+        old = self._before(p, i0, i1)
         for j in range(i0, i1):
             cs[j] = 0
             ms[j] = 0
             gs[j] = 0
+        self._changed(p, t0, t1, i0, i1, old)
+
+    def _before(self, p: int, i0: int, i1: int) -> tuple[list[int], list[int]] | None:
+        """Node ``p``'s CPUs and GPU masks on segments ``i0..i1-1`` before a change, when a
+        kept :class:`_Sums` includes it (None otherwise: nothing to tell)."""
+        if self._watch is None or not self._watch[p]:
+            return None
+        return self.cs[p][i0:i1], self.gs[p][i0:i1]
+
+    def _changed(self, p: int, t0: int, t1: int, i0: int, i1: int,
+                 old: tuple[list[int], list[int]] | None) -> None:
+        """Record a change of node ``p`` on ``[t0, t1)`` (segments ``i0..i1-1``): its version,
+        the log the search heaps sync from, and the kept sums that include it."""
         v = self.ver[p] = self.ver[p] + 1
         self._log.append((p, t0, t1, v))
-        if watched and old is not None:
-            for sums in watched:
-                sums.changed(self.ts[p], cs, gs, i0, i1, old[0], old[1])
+        if old is not None and self._watch is not None:
+            for sums in self._watch[p]:
+                sums.changed(self.ts[p], self.cs[p], self.gs[p], i0, i1, old[0], old[1])
 
     def window(self, p: int, t: int, d: int) -> tuple[int, int, int]:
         """(min free CPUs, min free memory, GPUs free throughout) on ``[t, t+d)``."""
@@ -855,44 +862,36 @@ class Timeline:
         self,
         job: JobView,
         rq: Request,
+        ck: Hashable,
         cands: Sequence[int],
         d: int,
         horizon: int,
-        max_tests: int | None = None,
         place: Callable[[int, list[NodeView]], Allocation | None] | None = None,
-        ck: Hashable | None = None,
     ) -> tuple[int, Allocation] | None:
         """Earliest start for any request shape: placement on window views at each
         breakpoint in ``[now, horizon]`` (all of them, as Slurm's backfill tries every start
-        its time map holds within ``bf_window``; ``max_tests`` caps them for callers that
-        want fewer); ``place(T, views)`` replaces :func:`~muster.core.placement.place_request`
-        (topology: the fewest leaves). It capped them at 64 until 2026-12-08: a wide job
-        whose first fit lay past the 64th breakpoint got no reservation at all, so later
-        jobs could take its nodes pass after pass (conservative backfill of CTC's first 600
-        jobs on 430 one-CPU nodes: 169 of 14,386 searches missed a fit that way).
+        its time map holds within ``bf_window``); ``place(T, views)`` replaces
+        :func:`~muster.core.placement.place_request` (topology: the fewest leaves). It tried
+        only the first 64 until 2026-12-08: a wide job whose first fit lay past the 64th
+        breakpoint got no reservation at all, so later jobs could take its nodes pass after
+        pass (conservative backfill of CTC's first 600 jobs on 430 one-CPU nodes: 169 of
+        14,386 searches missed a fit that way).
 
         A breakpoint is placed only when the candidates' window CPUs (and GPUs for GPU
         counts) add up to what the tasks need: a necessary condition, so the answer is the
         same, and most breakpoints of a wide ``-n`` job fail it without building a view.
 
         ``ck`` names the candidate set (as for :meth:`earliest`): its breakpoints and summed
-        profile are then kept for the rest of the cycle (:class:`_Sums`, updated by every
+        profile are kept for the rest of the cycle (:class:`_Sums`, updated by every
         reserve and block of its nodes) instead of being summed again over every candidate
         for every job — what made conservative backfill of wide ``-n`` jobs cost
         O(nodes × breakpoints) a job."""
-        cpt = max(1, rq.cpt)
-        sums = None if ck is None else self._sums_of(ck, cands, cpt)
-        if sums is None:
-            times = self.breakpoints(cands, self.now, horizon)[:max_tests]
-        else:
-            bps = sums.bps
-            upto = bisect_right(bps, horizon)
-            times = bps[:upto if max_tests is None else min(max_tests, upto)]
+        sums = self._sums_of(ck, cands, max(1, rq.cpt))
+        times = sums.bps[:bisect_right(sums.bps, horizon)]
         if not times:
             return None
-        screen = None if rq.exclusive else self._screen(
-            rq, cands, d, self._summed(cands, cpt, times[-1] + d) if sums is None
-            else (sums.at, sums.tf, sums.tg))
+        screen = None if rq.exclusive else self._screen(rq, cands, d,
+                                                        (sums.at, sums.tf, sums.tg))
         for T in times:
             if screen is not None and not screen(T):
                 continue
